@@ -1,0 +1,404 @@
+"""Encoder, Decoder and the Transformer (section 3.1 of Vaswani et al., 2017),
+and `TransformerConfig` with the project's presets.
+
+Data flows tokens -> `PositionalEmbedding` -> `Encoder` -> `Decoder` -> logits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from transformer._validation import check_positive_int, check_rate
+from transformer.layers import DecoderLayer, EncoderLayer
+from transformer.masking import create_padding_mask
+from transformer.positional import PositionalEmbedding
+
+DEFAULT_MAX_LENGTH = 2048
+
+
+class _Stack(keras.layers.Layer):
+    def __init__(
+        self, num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate, **kwargs
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("num_layers", num_layers)
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("dff", dff)
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("max_length", max_length)
+        check_rate("dropout_rate", dropout_rate)
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+        self.dropout_rate = dropout_rate
+        policy = self.dtype_policy
+        self.pos_embedding = PositionalEmbedding(
+            vocab_size, d_model, max_length, dtype=policy, name="pos_embedding"
+        )
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "vocab_size": self.vocab_size,
+                "max_length": self.max_length,
+                "dropout_rate": self.dropout_rate,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class Encoder(_Stack):
+    """The encoder: embedding, positional encoding, dropout and `num_layers` layers.
+
+    Args:
+        num_layers, d_model, num_heads, dff: as in the paper.
+        vocab_size: source vocabulary size.
+        max_length: longest source sequence.
+        dropout_rate: dropout after the embedding and on every sublayer output.
+
+    Call arguments:
+        x: int source tokens `(batch, input_len)`; id 0 is padding.
+        padding_mask: optional `(batch, 1, 1, input_len)`, 1 at padding (not
+            allowed). Built from the token ids when omitted.
+        training: whether dropout is active.
+
+    Returns:
+        `(output, attention_weights)`: `(batch, input_len, d_model)` and a dict
+        `{"encoder_layer{i}": (batch, num_heads, input_len, input_len)}`, i from 1.
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        vocab_size,
+        max_length=DEFAULT_MAX_LENGTH,
+        dropout_rate=0.1,
+        **kwargs,
+    ):
+        super().__init__(
+            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate, **kwargs
+        )
+        self.enc_layers = [
+            EncoderLayer(
+                d_model, num_heads, dff, dropout_rate, dtype=self.dtype_policy,
+                name=f"encoder_layer{i + 1}",
+            )
+            for i in range(num_layers)
+        ]
+
+    def build(self, x_shape):
+        self.pos_embedding.build(x_shape)
+        hidden_shape = (*tuple(x_shape), self.d_model)
+        for layer in self.enc_layers:
+            layer.build(hidden_shape)
+        self.built = True
+
+    def call(self, x, padding_mask=None, training=None):
+        if padding_mask is None:
+            padding_mask = create_padding_mask(x)  # (batch, 1, 1, input_len)
+        x = self.pos_embedding(x)  # (batch, input_len, d_model)
+        x = self.dropout(x, training=training)
+        attention_weights = {}
+        for i, layer in enumerate(self.enc_layers):
+            x, weights = layer(x, padding_mask=padding_mask, training=training)
+            attention_weights[f"encoder_layer{i + 1}"] = weights
+        return x, attention_weights
+
+    def compute_output_shape(self, x_shape, *args, **kwargs):
+        return (*tuple(x_shape), self.d_model)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class Decoder(_Stack):
+    """The decoder: embedding, positional encoding, dropout and `num_layers` layers.
+
+    Args:
+        num_layers, d_model, num_heads, dff: as in the paper.
+        vocab_size: target vocabulary size.
+        max_length: longest target sequence.
+        dropout_rate: dropout after the embedding and on every sublayer output.
+
+    Call arguments:
+        x: int target tokens `(batch, target_len)` (right-shifted, starting with
+            `[START]`); id 0 is padding.
+        context: encoder output `(batch, input_len, d_model)`.
+        padding_mask: optional `(batch, 1, 1, input_len)`, 1 at source padding.
+            The decoder's own look-ahead and target-padding mask is built from `x`.
+        training: whether dropout is active.
+
+    Returns:
+        `(output, attention_weights)`: `(batch, target_len, d_model)` and a dict
+        with `decoder_layer{i}_block1` (masked self-attention,
+        `(batch, heads, target_len, target_len)`) and `decoder_layer{i}_block2`
+        (encoder-decoder attention, `(batch, heads, target_len, input_len)`).
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        vocab_size,
+        max_length=DEFAULT_MAX_LENGTH,
+        dropout_rate=0.1,
+        **kwargs,
+    ):
+        super().__init__(
+            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate, **kwargs
+        )
+        self.dec_layers = [
+            DecoderLayer(
+                d_model, num_heads, dff, dropout_rate, dtype=self.dtype_policy,
+                name=f"decoder_layer{i + 1}",
+            )
+            for i in range(num_layers)
+        ]
+
+    def build(self, x_shape, context_shape):
+        self.pos_embedding.build(x_shape)
+        hidden_shape = (*tuple(x_shape), self.d_model)
+        for layer in self.dec_layers:
+            layer.build(hidden_shape, context_shape)
+        self.built = True
+
+    def call(self, x, context, padding_mask=None, training=None):
+        target_padding = create_padding_mask(x)  # (batch, 1, 1, target_len)
+        x = self.pos_embedding(x)  # (batch, target_len, d_model)
+        x = self.dropout(x, training=training)
+        attention_weights = {}
+        for i, layer in enumerate(self.dec_layers):
+            x, block1, block2 = layer(
+                x,
+                context,
+                look_ahead_mask=target_padding,
+                padding_mask=padding_mask,
+                training=training,
+            )
+            attention_weights[f"decoder_layer{i + 1}_block1"] = block1
+            attention_weights[f"decoder_layer{i + 1}_block2"] = block2
+        return x, attention_weights
+
+    def compute_output_shape(self, x_shape, *args, **kwargs):
+        return (*tuple(x_shape), self.d_model)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class Transformer(keras.Model):
+    """The Transformer of Vaswani et al., 2017 (section 3, figure 1).
+
+    Args:
+        num_layers: layers in the encoder and in the decoder (`N`).
+        d_model: model width.
+        num_heads: attention heads (`h`); must divide `d_model`.
+        dff: inner width of the feed-forward networks.
+        input_vocab_size: source vocabulary size.
+        target_vocab_size: target vocabulary size.
+        max_length: longest source or target sequence (rows of the positional
+            encoding); a longer input is a `ValueError` naming both lengths.
+        dropout_rate: `P_drop`.
+
+    Call arguments:
+        inputs: a tuple `(context, x)`: int source tokens `(batch, input_len)` and
+            int right-shifted target tokens `(batch, target_len)`; id 0 is padding
+            in both, and the masks are built from the ids.
+        training: whether dropout is active.
+        return_attention_weights: also return every layer's attention weights.
+
+    Returns:
+        float32 logits `(batch, target_len, target_vocab_size)`, or
+        `(logits, attention_weights)` with the dict keys `encoder_layer{i}`,
+        `decoder_layer{i}_block1`, `decoder_layer{i}_block2`, each
+        `(batch, num_heads, seq_q, seq_k)`.
+
+    Example:
+
+    >>> model = Transformer(num_layers=2, d_model=32, num_heads=4, dff=64,
+    ...                     input_vocab_size=100, target_vocab_size=90)
+    >>> model((tf.constant([[5, 6, 7, 0]]), tf.constant([[2, 8, 9]]))).shape
+    TensorShape([1, 3, 90])
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        input_vocab_size,
+        target_vocab_size,
+        max_length=DEFAULT_MAX_LENGTH,
+        dropout_rate=0.1,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("target_vocab_size", target_vocab_size)
+        if d_model % num_heads if isinstance(num_heads, int) and num_heads > 0 else False:
+            raise ValueError(
+                "Received an invalid value for argument `num_heads`, expected a divisor "
+                f"of `d_model`. Received: d_model={d_model}, num_heads={num_heads}"
+            )
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.input_vocab_size = input_vocab_size
+        self.target_vocab_size = target_vocab_size
+        self.max_length = max_length
+        self.dropout_rate = dropout_rate
+        policy = self.dtype_policy
+        self.encoder = Encoder(
+            num_layers, d_model, num_heads, dff, input_vocab_size, max_length, dropout_rate,
+            dtype=policy, name="encoder",
+        )
+        self.decoder = Decoder(
+            num_layers, d_model, num_heads, dff, target_vocab_size, max_length, dropout_rate,
+            dtype=policy, name="decoder",
+        )
+        self.final_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="final_layer")
+
+    def build(self, input_shape):
+        context_shape, x_shape = input_shape
+        self.encoder.build(context_shape)
+        self.decoder.build(x_shape, (*tuple(context_shape), self.d_model))
+        self.final_layer.build((*tuple(x_shape), self.d_model))
+        self.built = True
+
+    def call(self, inputs, training=None, return_attention_weights=False):
+        context_tokens, x = inputs
+        padding_mask = create_padding_mask(context_tokens)  # (batch, 1, 1, input_len)
+        context, enc_weights = self.encoder(
+            context_tokens, padding_mask=padding_mask, training=training
+        )  # (batch, input_len, d_model)
+        x, dec_weights = self.decoder(
+            x, context, padding_mask=padding_mask, training=training
+        )  # (batch, target_len, d_model)
+        logits = self.final_layer(x)  # (batch, target_len, target_vocab_size)
+        # Losses and softmax stay in float32 under mixed precision.
+        logits = tf.cast(logits, tf.float32)
+        if return_attention_weights:
+            return logits, {**enc_weights, **dec_weights}
+        return logits
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "input_vocab_size": self.input_vocab_size,
+                "target_vocab_size": self.target_vocab_size,
+                "max_length": self.max_length,
+                "dropout_rate": self.dropout_rate,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@dataclasses.dataclass
+class TransformerConfig:
+    """The model's hyperparameters; `PRESETS` holds the named ones.
+
+    Vocabulary sizes come from the tokenizers, so `build_model` takes them.
+
+    Example:
+
+    >>> config = TransformerConfig.from_preset("tutorial", dropout_rate=0.2)
+    >>> config.num_layers, config.d_model, config.dropout_rate
+    (4, 128, 0.2)
+    """
+
+    num_layers: int = 4
+    d_model: int = 128
+    num_heads: int = 8
+    dff: int = 512
+    dropout_rate: float = 0.1
+    max_length: int = 128
+
+    def __post_init__(self):
+        for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
+            check_positive_int(name, getattr(self, name))
+        check_rate("dropout_rate", self.dropout_rate)
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                "Received an invalid value for argument `num_heads`, expected a divisor "
+                f"of `d_model`. Received: d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+        """The preset `name` with the given fields replaced (None values are ignored)."""
+        if name not in PRESETS:
+            raise ValueError(
+                f"Received an unknown preset. Expected one of {sorted(PRESETS)}. "
+                f"Received: preset={name!r}"
+            )
+        overrides = {key: value for key, value in overrides.items() if value is not None}
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - fields
+        if unknown:
+            raise ValueError(f"Unknown TransformerConfig fields: {sorted(unknown)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def build_model(self, input_vocab_size: int, target_vocab_size: int, **kwargs) -> Transformer:
+        """A `Transformer` with this configuration, built (its weights exist)."""
+        model = Transformer(
+            num_layers=self.num_layers,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            dff=self.dff,
+            input_vocab_size=input_vocab_size,
+            target_vocab_size=target_vocab_size,
+            max_length=self.max_length,
+            dropout_rate=self.dropout_rate,
+            **kwargs,
+        )
+        model.build(((None, None), (None, None)))
+        return model
+
+
+PRESETS: dict[str, TransformerConfig] = {
+    # The base configuration of the TensorFlow tutorial.
+    "tutorial": TransformerConfig(
+        num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
+    ),
+    # Small enough to train the toy translator in minutes on two CPU cores.
+    "toy": TransformerConfig(
+        num_layers=2, d_model=128, num_heads=4, dff=256, dropout_rate=0.1, max_length=64
+    ),
+}

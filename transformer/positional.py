@@ -1,0 +1,149 @@
+"""Positional encoding and the positional embedding (section 3.5 of Vaswani et al., 2017).
+
+The encoding is the paper's, with sines and cosines interleaved::
+
+    PE[pos, 2i]   = sin(pos / 10000^(2i / depth))
+    PE[pos, 2i+1] = cos(pos / 10000^(2i / depth))
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from transformer._validation import check_positive_int
+
+
+def positional_encoding(length: int, depth: int) -> np.ndarray:
+    """Returns the paper's sinusoidal positional encoding (section 3.5).
+
+    Even columns hold sines and odd columns cosines of the same frequency, as in
+    the paper and the from-scratch tutorial (not the concatenated layout of the
+    newer tutorial).
+
+    Args:
+        length: number of positions, a positive integer.
+        depth: encoding width (usually `d_model`), a positive integer.
+
+    Returns:
+        A float32 numpy array of shape `(length, depth)`.
+
+    Example:
+
+    >>> pe = positional_encoding(50, 512)
+    >>> pe.shape
+    (50, 512)
+    >>> float(pe[0, 0]), float(pe[0, 1])   # sin(0), cos(0)
+    (0.0, 1.0)
+    """
+    check_positive_int("length", length)
+    check_positive_int("depth", depth)
+    positions = np.arange(length, dtype=np.float64)[:, np.newaxis]  # (length, 1)
+    dims = np.arange(depth)[np.newaxis, :]  # (1, depth)
+    # Both members of a sin/cos pair share the frequency of their even index 2i.
+    angle_rates = 1.0 / np.power(10000.0, (2 * (dims // 2)) / np.float64(depth))
+    angles = positions * angle_rates  # (length, depth)
+    encoding = np.empty_like(angles)
+    encoding[:, 0::2] = np.sin(angles[:, 0::2])
+    encoding[:, 1::2] = np.cos(angles[:, 1::2])
+    return encoding.astype(np.float32)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class PositionalEmbedding(keras.layers.Layer):
+    """Token embedding scaled by `sqrt(d_model)` plus the positional encoding.
+
+    Section 3.4 ("we multiply those weights by sqrt(d_model)") and section 3.5 of
+    Vaswani et al., 2017. Dropout is applied by the `Encoder` and `Decoder` after
+    this layer, as the paper does.
+
+    Args:
+        vocab_size: size of the token vocabulary.
+        d_model: embedding width.
+        max_length: the longest sequence this layer accepts; the encoding table
+            has this many rows.
+
+    Call arguments:
+        x: int tokens of shape `(batch, seq_len)`.
+        start_position: position of `x[:, 0]` (default 0). Incremental decoding
+            feeds one token at a time and passes its position here.
+
+    Returns:
+        A tensor of shape `(batch, seq_len, d_model)`.
+
+    Raises:
+        ValueError: when `seq_len` (plus `start_position`) exceeds `max_length`,
+            naming both lengths.
+
+    Example:
+
+    >>> layer = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
+    >>> layer(np.array([[5, 6, 7]])).shape
+    TensorShape([1, 3, 16])
+    """
+
+    def __init__(self, vocab_size, d_model, max_length=2048, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("d_model", d_model)
+        check_positive_int("max_length", max_length)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.max_length = max_length
+        self.embedding = keras.layers.Embedding(
+            vocab_size, d_model, dtype=self.dtype_policy, name="embedding"
+        )
+        self.pos_encoding = positional_encoding(max_length, d_model)  # (max_length, d_model)
+        self._scale = math.sqrt(d_model)
+
+    def build(self, input_shape):
+        self.embedding.build(input_shape)
+        self.built = True
+
+    def _check_length(self, seq_len, start_position):
+        static_len = seq_len if isinstance(seq_len, int) else None
+        static_start = start_position if isinstance(start_position, int) else None
+        if static_len is not None and static_start is not None:
+            if static_start + static_len > self.max_length:
+                raise ValueError(
+                    f"Received an input of length {static_start + static_len}, longer than "
+                    f"`max_length`={self.max_length} of the positional embedding. Trim the "
+                    "input or build the model with a larger `max_length`."
+                )
+            return []
+        return [
+            tf.debugging.assert_less_equal(
+                tf.cast(start_position, tf.int32) + tf.cast(seq_len, tf.int32),
+                tf.constant(self.max_length, tf.int32),
+                message=(
+                    "Received an input longer than `max_length`="
+                    f"{self.max_length} of the positional embedding"
+                ),
+            )
+        ]
+
+    def call(self, x, start_position=0):
+        seq_len = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
+        checks = self._check_length(seq_len, start_position)
+        with tf.control_dependencies(checks):
+            x = self.embedding(x)  # (batch, seq_len, d_model)
+        x = x * tf.cast(self._scale, x.dtype)
+        encoding = tf.constant(self.pos_encoding, dtype=x.dtype)
+        if isinstance(start_position, int) and isinstance(seq_len, int):
+            encoding = encoding[start_position : start_position + seq_len]
+        else:
+            encoding = tf.slice(encoding, [start_position, 0], [seq_len, self.d_model])
+        return x + encoding[tf.newaxis, :, :]  # (batch, seq_len, d_model)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.d_model)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"vocab_size": self.vocab_size, "d_model": self.d_model, "max_length": self.max_length}
+        )
+        return config
