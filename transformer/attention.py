@@ -56,7 +56,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     Returns:
         `(output, attention_weights)`: output `(..., seq_len_q, depth_v)` and
         weights `(..., seq_len_q, seq_len_k)`; each row of the weights sums to 1.
-        A row whose keys are all masked gets uniform weights, never NaN.
+        A row whose keys are all masked still gets finite weights that sum to 1,
+        never NaN.
 
     Example (the tutorial's):
 

@@ -251,12 +251,8 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # The encoder and decoder check the other arguments.
         check_positive_int("target_vocab_size", target_vocab_size)
-        if d_model % num_heads if isinstance(num_heads, int) and num_heads > 0 else False:
-            raise ValueError(
-                "Received an invalid value for argument `num_heads`, expected a divisor "
-                f"of `d_model`. Received: d_model={d_model}, num_heads={num_heads}"
-            )
         self.num_layers = num_layers
         self.d_model = d_model
         self.num_heads = num_heads

@@ -1,0 +1,60 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from transformer import DecoderLayer, EncoderLayer, FeedForward, create_padding_mask
+
+
+def test_feed_forward_is_relu_mlp():
+    keras.utils.set_random_seed(0)
+    ffn = FeedForward(d_model=8, dff=32)
+    x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    out = ffn(x).numpy()
+    h = np.maximum(0, x @ ffn.dense1.kernel.numpy() + ffn.dense1.bias.numpy())
+    ref = h @ ffn.dense2.kernel.numpy() + ffn.dense2.bias.numpy()
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    assert ffn.dense1.kernel.shape == (8, 32) and ffn.dense2.kernel.shape == (32, 8)
+
+
+def test_encoder_layer_shapes_and_post_norm():
+    keras.utils.set_random_seed(0)
+    layer = EncoderLayer(d_model=16, num_heads=4, dff=32)
+    x = tf.random.uniform((2, 7, 16))
+    mask = create_padding_mask(tf.constant([[1] * 7, [1] * 5 + [0] * 2]))
+    out, w = layer(x, padding_mask=mask)
+    assert out.shape == (2, 7, 16) and w.shape == (2, 4, 7, 7)
+    np.testing.assert_allclose(out.numpy().mean(-1), 0, atol=1e-5)
+    np.testing.assert_array_equal(w.numpy()[1, :, :, 5:], 0)
+
+
+def test_decoder_layer_shapes_with_different_lengths():
+    keras.utils.set_random_seed(0)
+    layer = DecoderLayer(d_model=16, num_heads=2, dff=32)
+    x = tf.random.uniform((3, 4, 16))
+    ctx = tf.random.uniform((3, 9, 16))
+    out, block1, block2 = layer(x, ctx)
+    assert out.shape == (3, 4, 16)
+    assert block1.shape == (3, 2, 4, 4)
+    assert block2.shape == (3, 2, 4, 9)
+    np.testing.assert_array_equal(np.triu(block1.numpy()[0, 0], k=1), 0)
+
+
+@pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
+def test_layer_config_round_trip(cls):
+    layer = cls(d_model=16, num_heads=4, dff=32, dropout_rate=0.2, name="x")
+    clone = cls.from_config(layer.get_config())
+    assert (clone.d_model, clone.num_heads, clone.dff, clone.dropout_rate) == (16, 4, 32, 0.2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"d_model": 16, "num_heads": 4, "dff": 0}, "dff=0"),
+        ({"d_model": 15, "num_heads": 4, "dff": 8}, "divisor"),
+        ({"d_model": 16, "num_heads": 4, "dff": 8, "dropout_rate": -0.1}, "dropout_rate"),
+    ],
+)
+def test_layer_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        EncoderLayer(**kwargs)

@@ -1,0 +1,160 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from transformer import (
+    PRESETS,
+    Decoder,
+    Encoder,
+    Transformer,
+    TransformerConfig,
+)
+
+
+def _tiny(**kwargs):
+    args = dict(num_layers=2, d_model=16, num_heads=4, dff=32, input_vocab_size=30,
+                target_vocab_size=25, max_length=20, dropout_rate=0.1)
+    args.update(kwargs)
+    return Transformer(**args)
+
+
+CONTEXT = tf.constant([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
+TARGET = tf.constant([[2, 4, 5, 6], [2, 7, 0, 0]])
+
+
+def test_transformer_logits_shape_and_weights_dict():
+    keras.utils.set_random_seed(0)
+    model = _tiny()
+    logits, weights = model((CONTEXT, TARGET), return_attention_weights=True)
+    assert logits.shape == (2, 4, 25) and logits.dtype == tf.float32
+    assert sorted(weights) == sorted(
+        ["encoder_layer1", "encoder_layer2", "decoder_layer1_block1", "decoder_layer1_block2",
+         "decoder_layer2_block1", "decoder_layer2_block2"]
+    )
+    assert weights["encoder_layer1"].shape == (2, 4, 6, 6)
+    assert weights["decoder_layer2_block1"].shape == (2, 4, 4, 4)
+    assert weights["decoder_layer2_block2"].shape == (2, 4, 4, 6)
+    # Source padding gets no encoder-decoder attention.
+    np.testing.assert_array_equal(weights["decoder_layer1_block2"].numpy()[0, :, :, 4:], 0)
+
+
+def test_changing_a_future_target_token_leaves_earlier_logits_unchanged():
+    keras.utils.set_random_seed(1)
+    model = _tiny()
+    a = model((CONTEXT, TARGET), training=False).numpy()
+    changed = tf.tensor_scatter_nd_update(TARGET, [[0, 3], [1, 2]], [20, 21])
+    b = model((CONTEXT, changed), training=False).numpy()
+    np.testing.assert_allclose(a[0, :3], b[0, :3], atol=1e-5)
+    np.testing.assert_allclose(a[1, :2], b[1, :2], atol=1e-5)
+    assert not np.allclose(a[0, 3], b[0, 3])
+
+
+def test_padding_in_the_source_changes_nothing():
+    keras.utils.set_random_seed(2)
+    model = _tiny()
+    a = model((CONTEXT, TARGET), training=False).numpy()
+    # Tokens behind padding: extra padding columns leave every logit unchanged.
+    longer = tf.pad(CONTEXT, [[0, 0], [0, 3]])
+    b = model((longer, TARGET), training=False).numpy()
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    # Changing the embedding of the padding id itself changes nothing either.
+    table = model.encoder.pos_embedding.embedding.embeddings
+    table.assign(tf.tensor_scatter_nd_update(table, [[0]], tf.ones((1, 16)) * 5.0))
+    c = model((CONTEXT, TARGET), training=False).numpy()
+    np.testing.assert_allclose(a[0], c[0], atol=1e-5)
+
+
+def test_dropout_only_in_training():
+    keras.utils.set_random_seed(3)
+    model = _tiny(dropout_rate=0.3)
+    a = model((CONTEXT, TARGET), training=False).numpy()
+    b = model((CONTEXT, TARGET), training=False).numpy()
+    c = model((CONTEXT, TARGET), training=True).numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_keras_save_and_load_gives_identical_logits(tmp_path):
+    keras.utils.set_random_seed(4)
+    model = _tiny()
+    model((CONTEXT, TARGET))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, Transformer)
+    np.testing.assert_array_equal(
+        loaded((CONTEXT, TARGET)).numpy(), model((CONTEXT, TARGET)).numpy()
+    )
+
+
+def test_built_but_never_called_model_saves_and_loads(tmp_path):
+    keras.utils.set_random_seed(5)
+    model = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
+                              max_length=12).build_model(30, 25)
+    path = tmp_path / "fresh.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(
+        loaded((CONTEXT, TARGET)).numpy(), model((CONTEXT, TARGET)).numpy()
+    )
+
+
+def test_config_round_trip_of_every_stack():
+    model = _tiny()
+    clone = Transformer.from_config(model.get_config())
+    assert clone.get_config() == model.get_config()
+    enc = Encoder(1, 8, 2, 16, vocab_size=10, max_length=5)
+    assert Encoder.from_config(enc.get_config()).get_config() == enc.get_config()
+    dec = Decoder(1, 8, 2, 16, vocab_size=10, max_length=5)
+    assert Decoder.from_config(dec.get_config()).get_config() == dec.get_config()
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_forward_is_finite(policy):
+    keras.utils.set_random_seed(6)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = _tiny()
+        logits, weights = model((CONTEXT, TARGET), return_attention_weights=True)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert logits.dtype == tf.float32
+    assert np.isfinite(logits.numpy()).all()
+    assert weights["encoder_layer1"].dtype == tf.as_dtype(policy.split("_")[1])
+    assert all(np.isfinite(tf.cast(w, tf.float32).numpy()).all() for w in weights.values())
+
+
+def test_too_long_input_is_a_clear_error():
+    model = _tiny(max_length=5)
+    with pytest.raises(ValueError, match="length 6.*`max_length`=5"):
+        model((CONTEXT, TARGET))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"d_model": 18}, "divisor of `d_model`"),
+        ({"num_layers": 0}, "num_layers=0"),
+        ({"target_vocab_size": 0}, "target_vocab_size=0"),
+        ({"input_vocab_size": -3}, "vocab_size=-3"),
+    ],
+)
+def test_transformer_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _tiny(**kwargs)
+
+
+def test_presets():
+    tutorial = PRESETS["tutorial"]
+    assert (tutorial.num_layers, tutorial.d_model, tutorial.num_heads, tutorial.dff,
+            tutorial.dropout_rate) == (4, 128, 8, 512, 0.1)
+    assert PRESETS["toy"].d_model % PRESETS["toy"].num_heads == 0
+    config = TransformerConfig.from_preset("tutorial", num_layers=2, dff=None)
+    assert config.num_layers == 2 and config.dff == 512
+    assert TransformerConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="preset='big'"):
+        TransformerConfig.from_preset("big")
+    with pytest.raises(ValueError, match="divisor"):
+        TransformerConfig.from_preset("toy", num_heads=3)
