@@ -27,6 +27,7 @@ from transformer.masking import (
 )
 from transformer.model import PRESETS, Decoder, Encoder, Transformer, TransformerConfig
 from transformer.positional import PositionalEmbedding, positional_encoding
+from transformer.training import CustomSchedule, MaskedLoss, masked_accuracy, masked_loss
 
 __all__ = [
     "PAD_ID",
@@ -60,4 +61,8 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "PRESETS",
+    "CustomSchedule",
+    "MaskedLoss",
+    "masked_loss",
+    "masked_accuracy",
 ]

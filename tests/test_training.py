@@ -1,0 +1,125 @@
+"""Tests of transformer.training: schedule, losses, metric, config and resume state."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from transformer.training import (
+    CustomSchedule,
+    MaskedLoss,
+    make_optimizer,
+    masked_accuracy,
+    masked_loss,
+)
+
+LN2, LN3 = math.log(2.0), math.log(3.0)
+
+# Two sentences of 3 target tokens, vocabulary of 3; id 0 is padding.
+LABEL = np.array([[1, 2, 0], [2, 0, 0]], np.int32)
+# Uniform logits give -log p = ln 3; logits (0, 0, ln 2) give p = (1/4, 1/4, 1/2).
+HALF = [0.0, 0.0, LN2]
+LOGITS = np.array(
+    [
+        [[0.0, 0.0, 0.0], HALF, [9.0, -3.0, 4.0]],
+        [HALF, [1.0, 2.0, 3.0], [-7.0, 0.5, 8.0]],
+    ],
+    np.float32,
+)
+
+
+def test_masked_loss_by_hand():
+    # Real tokens: (label 1, uniform) -> ln 3; (label 2, HALF) -> ln 2; (label 2, HALF) -> ln 2.
+    expected = (LN3 + LN2 + LN2) / 3
+    assert float(masked_loss(LABEL, LOGITS)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_masked_loss_ignores_padding():
+    changed = LOGITS.copy()
+    changed[0, 2] = [100.0, -50.0, 3.0]
+    changed[1, 1:] = 1e3 * np.random.default_rng(0).standard_normal((2, 3))
+    assert float(masked_loss(LABEL, changed)) == pytest.approx(float(masked_loss(LABEL, LOGITS)))
+    # Padding only: 0, not NaN.
+    assert float(masked_loss(np.zeros((1, 3), np.int32), LOGITS[:1])) == 0.0
+
+
+def test_label_smoothing_formula():
+    eps = 0.1
+    # Uniform logits: every -log p_v is ln 3, so smoothing changes nothing: ln 3.
+    # HALF, label 2: (1 - eps) * ln 2 + eps * mean(ln 4, ln 4, ln 2) = (1 - eps) ln 2 + eps * 5/3 ln 2.
+    half = (1 - eps) * LN2 + eps * (5.0 / 3.0) * LN2
+    expected = (LN3 + half + half) / 3
+    assert float(masked_loss(LABEL, LOGITS, label_smoothing=eps)) == pytest.approx(expected, rel=1e-6)
+    assert float(MaskedLoss(label_smoothing=eps)(LABEL, LOGITS)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_smoothing_matches_keras_on_real_tokens():
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    label = np.array([[4, 2, 0], [1, 3, 3]], np.int32)
+    keep = label != 0
+    reference = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.2)(
+        tf.one_hot(label[keep], 5), logits[keep]
+    )
+    assert float(masked_loss(label, logits, 0.2)) == pytest.approx(float(reference), rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, "0.1", True])
+def test_label_smoothing_rejects_bad_values(bad):
+    with pytest.raises(ValueError, match="label_smoothing"):
+        masked_loss(LABEL, LOGITS, label_smoothing=bad)
+
+
+def test_masked_accuracy_by_hand():
+    # Arg-maxes: row 0 -> (0, 2, 0), row 1 -> (2, 2, 2). Real tokens: (1 vs 0) wrong,
+    # (2 vs 2) right, (2 vs 2) right: 2 of 3.
+    assert float(masked_accuracy(LABEL, LOGITS)) == pytest.approx(2 / 3)
+
+
+def test_custom_schedule_at_1_warmup_and_twice_warmup():
+    schedule = CustomSchedule(d_model=128, warmup_steps=4000)
+    scale = 128**-0.5
+    assert float(schedule(1)) == pytest.approx(scale * 4000**-1.5, rel=1e-6)
+    assert float(schedule(4000)) == pytest.approx(scale * 4000**-0.5, rel=1e-6)
+    assert float(schedule(8000)) == pytest.approx(scale * 8000**-0.5, rel=1e-6)
+    # Linear rise before the peak, inverse square root after it.
+    assert float(schedule(2000)) == pytest.approx(float(schedule(4000)) / 2, rel=1e-6)
+    assert float(schedule(16000)) == pytest.approx(float(schedule(4000)) / 2, rel=1e-6)
+    assert float(schedule(0)) == 0.0
+
+
+def test_custom_schedule_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        CustomSchedule(128, warmup_steps=0)
+    with pytest.raises(ValueError, match="d_model"):
+        CustomSchedule(-1)
+
+
+def test_optimizer_serializes_with_its_schedule():
+    optimizer = make_optimizer(64, warmup_steps=100)
+    config = keras.optimizers.serialize(optimizer)
+    restored = keras.optimizers.deserialize(config)
+    assert isinstance(restored._learning_rate, CustomSchedule)
+    assert restored._learning_rate.get_config() == {"d_model": 64, "warmup_steps": 100}
+    assert (restored.beta_1, restored.beta_2, restored.epsilon) == (0.9, 0.98, 1e-9)
+
+
+def test_compiled_model_saves_and_reloads(tmp_path):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None,), dtype="int32")
+    logits = keras.layers.Dense(5)(keras.layers.Embedding(7, 4)(inputs))
+    model = keras.Model(inputs, logits)
+    model.compile(make_optimizer(4, 10), loss=MaskedLoss(0.1), metrics=[masked_accuracy])
+    x = np.array([[1, 2, 3, 0]], np.int32)
+    y = np.array([[2, 3, 4, 0]], np.int32)
+    model.fit(x, y, epochs=2, verbose=0)
+    path = tmp_path / "m.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert reloaded.loss.label_smoothing == pytest.approx(0.1)
+    assert int(reloaded.optimizer.iterations) == 2
+    np.testing.assert_allclose(reloaded.predict(x, verbose=0), model.predict(x, verbose=0))

@@ -1,0 +1,188 @@
+"""Training: the learning-rate schedule, the masked loss and accuracy, and the fit wiring.
+
+Section 5.3 of Vaswani et al., 2017 (optimizer and schedule) and section 5.4
+(label smoothing). Loss and accuracy are averaged over non-padding target
+tokens only (DESIGN.md, decision 2).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import keras
+import tensorflow as tf
+
+from transformer._validation import check_positive_int
+from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, PAD_ID
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------
+# Schedule, loss and metric
+# --------------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The learning-rate schedule of section 5.3 of Vaswani et al., 2017.
+
+    `lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`: it rises
+    linearly for the first `warmup_steps` steps, peaks at step `warmup_steps`
+    with `(d_model * warmup_steps)^-0.5`, and then decays with the inverse
+    square root of the step.
+
+    Keras calls the schedule with the optimizer's `iterations`, which counts the
+    updates already applied, so the first update sees step 0 and a learning rate
+    of 0, exactly as in the tutorial.
+
+    Args:
+        d_model: model width.
+        warmup_steps: steps of linear warm-up (4000 in the paper).
+
+    Example:
+
+    >>> schedule = CustomSchedule(d_model=128, warmup_steps=4000)
+    >>> round(float(schedule(4000)), 6)
+    0.000699
+    """
+
+    def __init__(self, d_model, warmup_steps=4000):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("warmup_steps", warmup_steps)
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        arg1 = tf.math.rsqrt(step)  # inf at step 0; the min below picks arg2 = 0
+        arg2 = step * (float(self.warmup_steps) ** -1.5)
+        return tf.math.rsqrt(tf.cast(self.d_model, tf.float32)) * tf.math.minimum(arg1, arg2)
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+
+
+def make_optimizer(d_model: int, warmup_steps: int = 4000) -> keras.optimizers.Adam:
+    """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
+    `CustomSchedule` (section 5.3 of Vaswani et al., 2017)."""
+    return keras.optimizers.Adam(
+        CustomSchedule(d_model, warmup_steps),
+        beta_1=ADAM_BETA_1,
+        beta_2=ADAM_BETA_2,
+        epsilon=ADAM_EPSILON,
+    )
+
+
+def _check_label_smoothing(label_smoothing) -> float:
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
+        0 <= label_smoothing < 1
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `label_smoothing`, expected a float "
+            f"in [0, 1). Received: label_smoothing={label_smoothing!r}"
+        )
+    return float(label_smoothing)
+
+
+def _token_losses(label, pred, label_smoothing):
+    """Cross-entropy of every token, `(batch, target_len)`, from logits."""
+    pred = tf.cast(pred, tf.float32)  # (batch, target_len, vocab)
+    label = tf.cast(label, tf.int32)  # (batch, target_len)
+    log_probs = tf.nn.log_softmax(pred, axis=-1)  # (batch, target_len, vocab)
+    nll = -tf.gather(log_probs, label, axis=-1, batch_dims=2)  # (batch, target_len)
+    if not label_smoothing:
+        return nll
+    # Target q = (1 - eps) * one_hot(label) + eps / vocab, so
+    # -sum_v q_v log p_v = (1 - eps) * nll + eps * mean_v(-log p_v).
+    uniform = -tf.reduce_mean(log_probs, axis=-1)  # (batch, target_len)
+    return (1.0 - label_smoothing) * nll + label_smoothing * uniform
+
+
+def masked_loss(label, pred, label_smoothing=0.0):
+    """Cross-entropy averaged over the non-padding target tokens.
+
+    Padding (`label == 0`) contributes nothing, neither to the sum nor to the
+    count. With `label_smoothing = eps` (section 5.4 of Vaswani et al., 2017;
+    the paper uses 0.1) the target distribution is
+    `(1 - eps) * one_hot(label) + eps / vocab_size`, as in
+    `keras.losses.CategoricalCrossentropy(label_smoothing=eps)`.
+
+    Args:
+        label: int targets `(batch, target_len)`; 0 is padding.
+        pred: logits `(batch, target_len, vocab_size)`.
+        label_smoothing: `eps` in [0, 1).
+
+    Returns:
+        A float32 scalar; 0 when every token is padding.
+
+    Example:
+
+    >>> label = tf.constant([[1, 0]])
+    >>> pred = tf.constant([[[0.0, 0.0], [5.0, -5.0]]])
+    >>> round(float(masked_loss(label, pred)), 4)  # ln 2; the padding is ignored
+    0.6931
+    """
+    label_smoothing = _check_label_smoothing(label_smoothing)
+    loss = _token_losses(label, pred, label_smoothing)  # (batch, target_len)
+    mask = tf.cast(tf.not_equal(tf.cast(label, tf.int32), PAD_ID), loss.dtype)
+    return tf.math.divide_no_nan(tf.reduce_sum(loss * mask), tf.reduce_sum(mask))
+
+
+keras.saving.register_keras_serializable(package="transformer", name="masked_loss")(masked_loss)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class MaskedLoss(keras.losses.Loss):
+    """`masked_loss` as a `keras.losses.Loss`, with its label smoothing stored.
+
+    Args:
+        label_smoothing: `eps` in [0, 1); 0.1 in the paper (section 5.4).
+
+    Example:
+
+    >>> loss = MaskedLoss(label_smoothing=0.1)
+    >>> model.compile(optimizer, loss=loss, metrics=[masked_accuracy])  # doctest: +SKIP
+    """
+
+    def __init__(self, label_smoothing=0.0, name="masked_loss", **kwargs):
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
+        self.label_smoothing = _check_label_smoothing(label_smoothing)
+
+    def call(self, y_true, y_pred):
+        # A scalar: Keras' reduction of a scalar leaves it unchanged.
+        return masked_loss(y_true, y_pred, self.label_smoothing)
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing}
+
+
+def masked_accuracy(label, pred):
+    """Share of non-padding target tokens whose arg-max prediction is the label.
+
+    Args:
+        label: int targets `(batch, target_len)`; 0 is padding.
+        pred: logits `(batch, target_len, vocab_size)`.
+
+    Returns:
+        A float32 scalar in [0, 1].
+
+    Example:
+
+    >>> label = tf.constant([[1, 2, 0]])
+    >>> pred = tf.one_hot([[1, 0, 1]], 3)
+    >>> float(masked_accuracy(label, pred))  # 1 of 2 real tokens; padding ignored
+    0.5
+    """
+    label = tf.cast(label, tf.int32)  # (batch, target_len)
+    guess = tf.argmax(pred, axis=-1, output_type=tf.int32)  # (batch, target_len)
+    match = tf.cast(tf.equal(label, guess), tf.float32)
+    mask = tf.cast(tf.not_equal(label, PAD_ID), tf.float32)
+    return tf.math.divide_no_nan(tf.reduce_sum(match * mask), tf.reduce_sum(mask))
+
+
+keras.saving.register_keras_serializable(package="transformer", name="masked_accuracy")(
+    masked_accuracy
+)
