@@ -1,0 +1,67 @@
+"""Everything that turns text into batches, offline by default.
+
+- `corpus`: `Corpus` (train/valid/test sentence pairs) and `DataError`.
+- `toy`: the generated toy Portuguese-English corpus, the offline default.
+- `tsv`: your own `source<TAB>target` files.
+- `tfds_ted`: the tutorial's `ted_hrlr_translate/pt_to_en` through TFDS.
+- `loading`: `load_corpus`, which picks one of the above.
+- `wordpiece`, `tokenizers`: WordPiece vocabularies and subword tokenizers.
+- `batching`: `((context, x), labels)` datasets for training.
+
+The names below are imported from their modules on first use: reading a TSV
+file does not import tensorflow_text or tensorflow_datasets, and
+`python -m transformer.data.toy` runs its module only once.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Corpus": "corpus",
+    "DataError": "corpus",
+    "Pair": "corpus",
+    "generate_toy_corpus": "toy",
+    "sample_toy_pairs": "toy",
+    "count_toy_sentences": "toy",
+    "toy_vocabulary": "toy",
+    "read_tsv": "tsv",
+    "read_tsv_with_stats": "tsv",
+    "TsvStats": "tsv",
+    "split_pairs": "tsv",
+    "load_tsv_corpus": "tsv",
+    "write_tsv": "tsv",
+    "load_ted_hrlr": "tfds_ted",
+    "load_tfds_translation": "tfds_ted",
+    "TED_HRLR_PT_EN": "tfds_ted",
+    "load_corpus": "loading",
+    "DATASETS": "loading",
+    "learn_wordpiece_vocab": "wordpiece",
+    "SubwordTokenizer": "tokenizers",
+    "TranslationTokenizers": "tokenizers",
+    "build_tokenizers": "tokenizers",
+    "build_vocab": "tokenizers",
+    "word_counts": "tokenizers",
+    "save_tokenizers": "tokenizers",
+    "load_tokenizers": "tokenizers",
+    "DEFAULT_VOCAB_SIZE": "tokenizers",
+    "TokenizedPairs": "batching",
+    "tokenize_pairs": "batching",
+    "batches_from_tokens": "batching",
+    "make_batches": "batching",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

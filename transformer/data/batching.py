@@ -1,0 +1,235 @@
+"""Batches for teacher-forced training: `((context, x), labels)`.
+
+The tutorial's `make_batches` tokenizes inside the `tf.data` pipeline on every
+epoch and silently lets over-long sentences be cut without their `[END]`.
+Here the pairs are tokenized once, up front (`tokenize_pairs`), stored as
+compact ragged int32 arrays, and every epoch only shuffles, pads and slices:
+
+- `context` is the source ids, `(batch, source_len)`;
+- `x` is the target without its last token, `(batch, target_len)`: the
+  decoder's input, starting with `[START]`;
+- `labels` is the target without `[START]`, `(batch, target_len)`: what the
+  decoder must predict at each position, ending with `[END]`.
+
+All three are int64 and zero-padded (`PAD_ID` = 0) to the longest sequence
+of their batch, so the loss can mask padding by comparing with 0.
+
+Over-long pairs are trimmed, not dropped: a sequence longer than its limit
+keeps its first tokens and its `[END]`, so it stays well-formed
+(`[START] w1 ... wk [END]`) and the decoder still learns to stop. The source
+is limited to `max_tokens` tokens and the target to `max_tokens + 1`, so
+that `x` and `labels` have at most `max_tokens` tokens each, as in the
+tutorial. How many pairs were trimmed is logged and kept in
+`TokenizedPairs.num_trimmed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from transformer.constants import PAD_ID
+from transformer.data.corpus import DataError, Pair
+
+logger = logging.getLogger(__name__)
+
+_CHUNK = 8192  # sentences per tokenizer call
+
+
+@dataclasses.dataclass
+class TokenizedPairs:
+    """Sentence pairs tokenized once: ragged int32 ids, ready to batch many times.
+
+    Attributes:
+        context: source ids, `tf.RaggedTensor` int32 `(num_pairs, (tokens))`,
+            each row `[START] ... [END]`, at most `max_tokens` long.
+        target: target ids, `tf.RaggedTensor` int32 `(num_pairs, (tokens))`,
+            each row `[START] ... [END]`, at most `max_tokens + 1` long.
+        max_tokens: the limit the pairs were trimmed to.
+        num_trimmed: pairs with either side trimmed.
+        num_trimmed_source: pairs whose source was trimmed.
+        num_trimmed_target: pairs whose target was trimmed.
+    """
+
+    context: tf.RaggedTensor
+    target: tf.RaggedTensor
+    max_tokens: int
+    num_trimmed: int = 0
+    num_trimmed_source: int = 0
+    num_trimmed_target: int = 0
+
+    def __len__(self) -> int:
+        return int(self.context.nrows())
+
+
+def _trim_keep_end(rows: tf.RaggedTensor, limit: int) -> tuple[tf.RaggedTensor, np.ndarray]:
+    """Trims every row to `limit` tokens, keeping its last token (`[END]`).
+
+    Returns the trimmed int32 rows and a boolean array marking trimmed rows.
+    """
+    values = rows.flat_values.numpy()
+    splits = rows.row_splits.numpy()
+    lengths = np.diff(splits)
+    trimmed = lengths > limit
+    if not trimmed.any():
+        return tf.RaggedTensor.from_row_splits(values.astype(np.int32), splits), trimmed
+    # Position of every token in its row, and whether it is its row's last.
+    positions = np.arange(len(values)) - np.repeat(splits[:-1], lengths)
+    is_last = positions == np.repeat(lengths - 1, lengths)
+    keep = (positions < limit - 1) | is_last
+    new_lengths = np.minimum(lengths, limit)
+    new_splits = np.concatenate([[0], np.cumsum(new_lengths)])
+    return tf.RaggedTensor.from_row_splits(values[keep].astype(np.int32), new_splits), trimmed
+
+
+def tokenize_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int) -> TokenizedPairs:
+    """Tokenizes sentence pairs once, trimming over-long ones and keeping `[END]`.
+
+    Args:
+        pairs: `(source, target)` string pairs.
+        tokenizers: an object with `.source` and `.target` tokenizers (built by
+            `build_tokenizers` or reloaded by `load_tokenizers`).
+        max_tokens: the longest source; targets may have `max_tokens + 1`
+            tokens so that `x` and `labels` have at most `max_tokens`. At
+            least 2 (`[START]` and `[END]`).
+
+    Returns:
+        A `TokenizedPairs`.
+
+    Example:
+
+    ```python
+    tokenized = tokenize_pairs(corpus.train, tokenizers, max_tokens=64)
+    tokenized.num_trimmed  # 0 for the toy corpus
+    ```
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
+        raise ValueError(
+            "Received an invalid value for argument `max_tokens`, expected an integer "
+            f"of at least 2 (room for [START] and [END]). Received: max_tokens={max_tokens!r}"
+        )
+    if len(pairs) == 0:
+        raise DataError("Cannot make batches from an empty list of sentence pairs.")
+    sources, targets = [], []
+    for start in range(0, len(pairs), _CHUNK):
+        chunk = pairs[start : start + _CHUNK]
+        sources.append(tokenizers.source.tokenize(tf.constant([s for s, _ in chunk])))
+        targets.append(tokenizers.target.tokenize(tf.constant([t for _, t in chunk])))
+    context, trimmed_source = _trim_keep_end(tf.concat(sources, axis=0), max_tokens)
+    target, trimmed_target = _trim_keep_end(tf.concat(targets, axis=0), max_tokens + 1)
+    either = int(np.count_nonzero(trimmed_source | trimmed_target))
+    if either:
+        logger.warning(
+            "Trimmed %d of %d pairs to max_tokens=%d (%d sources, %d targets); each keeps "
+            "its [END] token.",
+            either,
+            len(pairs),
+            max_tokens,
+            int(trimmed_source.sum()),
+            int(trimmed_target.sum()),
+        )
+    return TokenizedPairs(
+        context=context,
+        target=target,
+        max_tokens=max_tokens,
+        num_trimmed=either,
+        num_trimmed_source=int(trimmed_source.sum()),
+        num_trimmed_target=int(trimmed_target.sum()),
+    )
+
+
+def batches_from_tokens(
+    tokenized: TokenizedPairs,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Makes the `((context, x), labels)` dataset from pairs tokenized once.
+
+    Every epoch shuffles the pairs (a new order each epoch, the same orders
+    for the same `seed`), pads each batch to its longest sequence and splits
+    the target into `x` and `labels`.
+
+    Args:
+        tokenized: the output of `tokenize_pairs`.
+        batch_size: pairs per batch.
+        shuffle: whether to shuffle the pairs every epoch.
+        seed: the shuffle seed.
+        drop_remainder: drop the last, smaller batch.
+
+    Returns:
+        A prefetched `tf.data.Dataset` of `((context, x), labels)`, int64:
+        context `(batch, source_len)`, x and labels `(batch, target_len)`.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(
+            "Received an invalid value for argument `batch_size`, expected a positive "
+            f"integer. Received: batch_size={batch_size!r}"
+        )
+    n = len(tokenized)
+    dataset = tf.data.Dataset.range(n)
+    if shuffle:
+        dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    context_rows, target_rows = tokenized.context, tokenized.target
+
+    def gather(indices):
+        context = tf.gather(context_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, src)
+        target = tf.gather(target_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, tgt)
+        context = tf.cast(context, tf.int64)
+        target = tf.cast(target, tf.int64)
+        x = target[:, :-1]  # (batch, tgt - 1): [START] w1 ... wk (pad)
+        labels = target[:, 1:]  # (batch, tgt - 1): w1 ... wk [END] (pad)
+        return (context, x), labels
+
+    dataset = dataset.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_batches(
+    pairs: Sequence[Pair],
+    tokenizers,
+    batch_size: int,
+    max_tokens: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Tokenizes pairs once and batches them for teacher forcing.
+
+    `x` is the target without its last token and `labels` the target without
+    `[START]`, so `labels[:, i]` is the token that follows `x[:, :i + 1]`.
+
+    Args:
+        pairs: `(source, target)` string pairs.
+        tokenizers: an object with `.source` and `.target` tokenizers.
+        batch_size: pairs per batch.
+        max_tokens: longest source in tokens; `x` and `labels` have at most
+            this many tokens too. Longer pairs are trimmed (keeping `[END]`)
+            and counted in a log message.
+        shuffle: shuffle the pairs every epoch.
+        seed: the shuffle seed.
+        drop_remainder: drop the last, smaller batch.
+
+    Returns:
+        A prefetched `tf.data.Dataset` of `((context, x), labels)`, all int64
+        and zero-padded: context `(batch, source_len)`, x and labels
+        `(batch, target_len)`.
+
+    Example:
+
+    ```python
+    train = make_batches(corpus.train, tokenizers, batch_size=64, max_tokens=64)
+    (context, x), labels = next(iter(train))
+    model.fit(train, epochs=10)
+    ```
+    """
+    tokenized = tokenize_pairs(pairs, tokenizers, max_tokens)
+    return batches_from_tokens(
+        tokenized, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder
+    )

@@ -1,0 +1,396 @@
+"""Subword tokenizers, as in TensorFlow's subword tokenizer tutorial.
+
+Each language gets a WordPiece vocabulary learnt from its training text, and a
+`tensorflow_text.BertTokenizer` that lower-cases, strips accents, splits off
+punctuation and then splits words into word pieces ("gatinhos" -> "gat",
+"##inhos"). Token ids 0-3 are the reserved tokens `[PAD] [UNK] [START] [END]`
+(`transformer.constants`), in both languages.
+
+The tokenizers are `tf.Module`s whose methods are `tf.function`s, so they save
+as a SavedModel and load again without this module, without the training
+corpus, and inside another SavedModel (the exported translator):
+
+```python
+tokenizers = build_tokenizers(corpus.train)
+save_tokenizers(tokenizers, "runs/toy/tokenizers")
+reloaded = load_tokenizers("runs/toy/tokenizers")
+ids = reloaded.source.tokenize(tf.constant(["o gato preto"]))  # [[2, ..., 3]]
+reloaded.source.detokenize(ids)  # [b"o gato preto"]
+```
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as text
+
+from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from transformer.data.corpus import DataError, Pair
+from transformer.data.wordpiece import learn_wordpiece_vocab
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_VOCAB_SIZE = 8000
+SOURCE_VOCAB_FILE = "source_vocab.txt"
+TARGET_VOCAB_FILE = "target_vocab.txt"
+
+_ID_DTYPES = (tf.int64, tf.int32)
+
+
+class SubwordTokenizer(tf.Module):
+    """A WordPiece tokenizer for one language, with START and END markers.
+
+    Wraps `tensorflow_text.BertTokenizer`. All methods are `tf.function`s
+    traced for fixed signatures, so they survive `tf.saved_model.save` and
+    work on the reloaded object without this class.
+
+    Args:
+        vocab_path: a text file with one token per line; line `i` is id `i`.
+            Its first lines must be `reserved_tokens`.
+        reserved_tokens: the special tokens, `[PAD] [UNK] [START] [END]`.
+        lower_case: lower-case the text and strip accents before looking words
+            up (must match how the vocabulary was learnt).
+
+    Example:
+
+    ```python
+    tokenizer = SubwordTokenizer("vocab.txt")
+    ids = tokenizer.tokenize(tf.constant(["the black cat"]))  # RaggedTensor int64
+    tokenizer.detokenize(ids)  # tf.Tensor([b'the black cat'])
+    ```
+    """
+
+    def __init__(self, vocab_path, reserved_tokens=RESERVED_TOKENS, lower_case: bool = True):
+        super().__init__()
+        vocab_path = os.fspath(vocab_path)
+        vocab = Path(vocab_path).read_text(encoding="utf-8").splitlines()
+        reserved_tokens = list(reserved_tokens)
+        if vocab[: len(reserved_tokens)] != reserved_tokens:
+            raise DataError(
+                f"{vocab_path}: the vocabulary must start with the reserved tokens "
+                f"{reserved_tokens}, found {vocab[: len(reserved_tokens)]}"
+            )
+        self.tokenizer = text.BertTokenizer(vocab_path, lower_case=lower_case)
+        self._reserved_tokens = reserved_tokens
+        self._vocab_path = tf.saved_model.Asset(vocab_path)
+        self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
+
+        # Trace the signatures the SavedModel keeps.
+        self.tokenize.get_concrete_function(tf.TensorSpec(shape=[None], dtype=tf.string))
+        for dtype in _ID_DTYPES:
+            for spec in (
+                tf.TensorSpec(shape=[None, None], dtype=dtype),
+                tf.RaggedTensorSpec(shape=[None, None], dtype=dtype),
+            ):
+                self.detokenize.get_concrete_function(spec)
+                self.lookup.get_concrete_function(spec)
+        self.get_vocab_size.get_concrete_function()
+        self.get_vocab_path.get_concrete_function()
+        self.get_reserved_tokens.get_concrete_function()
+
+    @tf.function
+    def tokenize(self, strings):
+        """Splits sentences into word-piece ids, framed by START and END.
+
+        Args:
+            strings: a 1-D string tensor of sentences, shape `(batch,)`.
+
+        Returns:
+            An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
+            `[START, ..., END]`. Unknown words become `[UNK]` (id 1).
+        """
+        pieces = self.tokenizer.tokenize(strings)  # (batch, (words), (pieces))
+        ids = pieces.merge_dims(-2, -1)  # (batch, (tokens))
+        batch = ids.nrows()
+        starts = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))  # (batch, 1)
+        ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))  # (batch, 1)
+        return tf.concat([starts, ids, ends], axis=1)  # (batch, (tokens + 2))
+
+    @tf.function
+    def detokenize(self, tokens):
+        """Turns ids back into text: joins word pieces, words by single spaces.
+
+        Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
+        and `[END]` are dropped. `[UNK]` is kept, so that an unknown word
+        stays visible (as in the tutorial). Ids outside the vocabulary count
+        as `[UNK]`.
+
+        Args:
+            tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
+                `tf.RaggedTensor` of shape `(batch, (seq))`.
+
+        Returns:
+            A string tensor of shape `(batch,)`: lower-cased text with
+            punctuation split off ("the boy ' s book").
+        """
+        ids = self._valid_ids(tokens)
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)  # (batch, seq)
+        ended = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) > 0
+        keep = ~ended & (ids != PAD_ID) & (ids != START_ID) & (ids != END_ID)  # (batch, seq)
+        kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
+        words = self.tokenizer.detokenize(kept)  # (batch, (words))
+        return tf.strings.reduce_join(words, separator=" ", axis=-1)  # (batch,)
+
+    @tf.function
+    def lookup(self, token_ids):
+        """Maps ids to their word pieces, one string per id.
+
+        Args:
+            token_ids: int32 or int64 ids, dense or ragged `(batch, seq)`.
+
+        Returns:
+            Strings of the same shape and kind (dense or ragged), e.g.
+            `[[b"[START]", b"gat", b"##inhos", b"[END]"]]`.
+        """
+        return tf.gather(self.vocab, self._valid_ids(token_ids))
+
+    @tf.function
+    def get_vocab_size(self):
+        """Returns the number of tokens in the vocabulary, a scalar int32 tensor."""
+        return tf.shape(self.vocab)[0]
+
+    @tf.function
+    def get_vocab_path(self):
+        """Returns the path of the vocabulary file, a scalar string tensor."""
+        return self._vocab_path
+
+    @tf.function
+    def get_reserved_tokens(self):
+        """Returns the reserved tokens, a string tensor `[PAD] [UNK] [START] [END]`."""
+        return tf.constant(self._reserved_tokens)
+
+    def _valid_ids(self, token_ids):
+        """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
+        ids = tf.cast(token_ids, tf.int64)
+        size = tf.cast(tf.shape(self.vocab)[0], tf.int64)
+        if isinstance(ids, tf.RaggedTensor):
+            return tf.ragged.map_flat_values(_clip_to_unk, ids, size)
+        return _clip_to_unk(ids, size)
+
+
+def _clip_to_unk(ids, size):
+    return tf.where((ids < 0) | (ids >= size), tf.constant(UNK_ID, tf.int64), ids)
+
+
+class TranslationTokenizers(tf.Module):
+    """The source and target tokenizers of a translation task, saved together.
+
+    Attributes:
+        source: the `SubwordTokenizer` of the source language (Portuguese).
+        target: the `SubwordTokenizer` of the target language (English).
+
+    Example:
+
+    ```python
+    tokenizers = build_tokenizers(corpus.train, vocab_size=8000)
+    tokenizers.source.get_vocab_size()  # e.g. 7765
+    ```
+    """
+
+    def __init__(self, source: SubwordTokenizer, target: SubwordTokenizer):
+        super().__init__()
+        self.source = source
+        self.target = target
+
+
+def word_counts(sentences: Sequence[str], lower_case: bool = True, chunk_size: int = 8192):
+    """Counts the words of `sentences` as `BertTokenizer` splits them.
+
+    Words are lower-cased with accents stripped (if `lower_case`), and
+    punctuation is split off, exactly as `tensorflow_text.BertTokenizer` does
+    before it looks up word pieces.
+
+    Args:
+        sentences: the text, one sentence per string.
+        lower_case: lower-case and strip accents first.
+        chunk_size: how many sentences to split per TensorFlow call.
+
+    Returns:
+        A `{word: count}` dict.
+    """
+    splitter = _word_splitter(lower_case)
+    counts: dict[str, int] = {}
+    for start in range(0, len(sentences), chunk_size):
+        chunk = tf.constant(list(sentences[start : start + chunk_size]), dtype=tf.string)
+        words = splitter.tokenize(chunk).flat_values.numpy()
+        if words.size == 0:
+            continue
+        unique, n = np.unique(words, return_counts=True)
+        for word, count in zip(unique.tolist(), n.tolist(), strict=True):
+            word = word.decode("utf-8")
+            counts[word] = counts.get(word, 0) + count
+    return counts
+
+
+def _word_splitter(lower_case: bool):
+    """A BertTokenizer that only splits into words: no vocabulary, unknowns kept as is."""
+    table = tf.lookup.StaticVocabularyTable(
+        tf.lookup.KeyValueTensorInitializer(["[UNK]"], tf.constant([0], tf.int64)),
+        num_oov_buckets=1,
+    )
+    return text.BertTokenizer(
+        table, token_out_type=tf.string, unknown_token=None, lower_case=lower_case
+    )
+
+
+def build_vocab(
+    sentences: Sequence[str],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    lower_case: bool = True,
+    learn_params: dict | None = None,
+) -> list[str]:
+    """Learns a WordPiece vocabulary from sentences of one language.
+
+    The same algorithm and defaults as `bert_vocab_from_dataset` of
+    tensorflow_text (see `transformer.data.wordpiece`).
+
+    Args:
+        sentences: the training text of one language.
+        vocab_size: the largest vocabulary wanted, reserved tokens included.
+        lower_case: lower-case and strip accents (as the tokenizer will).
+        learn_params: extra arguments for `learn_wordpiece_vocab`.
+
+    Returns:
+        The vocabulary, reserved tokens first (`[PAD]` is id 0).
+    """
+    counts = word_counts(sentences, lower_case=lower_case)
+    if not counts:
+        raise DataError("Cannot build a vocabulary: the sentences contain no words.")
+    return learn_wordpiece_vocab(counts, vocab_size, list(RESERVED_TOKENS), **(learn_params or {}))
+
+
+def build_tokenizers(
+    pairs: Sequence[Pair],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    lower_case: bool = True,
+    vocab_dir=None,
+    learn_params: dict | None = None,
+) -> TranslationTokenizers:
+    """Learns source and target vocabularies from sentence pairs and builds tokenizers.
+
+    Args:
+        pairs: `(source, target)` training pairs.
+        vocab_size: the largest vocabulary per language, reserved tokens
+            included (the tutorial uses 8000). A small corpus gives fewer.
+        lower_case: lower-case and strip accents ("Não" -> "nao").
+        vocab_dir: where to write `source_vocab.txt` and `target_vocab.txt`;
+            a temporary directory (kept while the tokenizers live) if None.
+        learn_params: extra arguments for `learn_wordpiece_vocab`.
+
+    Returns:
+        A `TranslationTokenizers` with `.source` and `.target`.
+
+    Example:
+
+    ```python
+    corpus = generate_toy_corpus()
+    tokenizers = build_tokenizers(corpus.train)
+    tokenizers.target.tokenize(tf.constant(["the black cat"]))
+    ```
+    """
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int)
+        or vocab_size <= len(RESERVED_TOKENS)
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `vocab_size`, expected an integer "
+            f"larger than {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size!r}"
+        )
+    if len(pairs) == 0:
+        raise DataError("Cannot build tokenizers from an empty list of sentence pairs.")
+    started = time.perf_counter()
+    sources = [source for source, _ in pairs]
+    targets = [target for _, target in pairs]
+    source_vocab = build_vocab(sources, vocab_size, lower_case, learn_params)
+    target_vocab = build_vocab(targets, vocab_size, lower_case, learn_params)
+
+    keep_alive = None
+    if vocab_dir is None:
+        keep_alive = tempfile.TemporaryDirectory(prefix="tokenizers-")
+        vocab_dir = keep_alive.name
+    vocab_dir = Path(vocab_dir)
+    vocab_dir.mkdir(parents=True, exist_ok=True)
+    source_path = _write_vocab(source_vocab, vocab_dir / SOURCE_VOCAB_FILE)
+    target_path = _write_vocab(target_vocab, vocab_dir / TARGET_VOCAB_FILE)
+    tokenizers = TranslationTokenizers(
+        SubwordTokenizer(source_path, lower_case=lower_case),
+        SubwordTokenizer(target_path, lower_case=lower_case),
+    )
+    # A plain Python attribute (not tracked by tf.Module): the temporary
+    # directory is deleted when the tokenizers are.
+    object.__setattr__(tokenizers, "_vocab_tempdir", keep_alive)
+    logger.info(
+        "Built tokenizers from %d pairs in %.1f s: %d source and %d target tokens.",
+        len(pairs),
+        time.perf_counter() - started,
+        len(source_vocab),
+        len(target_vocab),
+    )
+    return tokenizers
+
+
+def _write_vocab(vocab: list[str], path: Path) -> str:
+    path.write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+    return str(path)
+
+
+def save_tokenizers(tokenizers, directory) -> Path:
+    """Saves tokenizers as a SavedModel, with the two vocabulary files beside it.
+
+    Args:
+        tokenizers: a `TranslationTokenizers` (built or reloaded).
+        directory: the SavedModel directory to write (created if needed).
+
+    Returns:
+        The directory, as a `Path`. It holds `saved_model.pb`, `variables/`,
+        `assets/` (the vocabularies the SavedModel uses) and
+        `source_vocab.txt` / `target_vocab.txt` for people to read.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tf.saved_model.save(tokenizers, str(directory))
+    for tokenizer, name in (
+        (tokenizers.source, SOURCE_VOCAB_FILE),
+        (tokenizers.target, TARGET_VOCAB_FILE),
+    ):
+        vocab_path = tokenizer.get_vocab_path().numpy().decode("utf-8")
+        if Path(vocab_path).resolve() != (directory / name).resolve():
+            shutil.copyfile(vocab_path, directory / name)
+    logger.info("Saved tokenizers to %s", directory)
+    return directory
+
+
+def load_tokenizers(directory):
+    """Loads tokenizers saved by `save_tokenizers`; needs neither corpus nor this module.
+
+    Args:
+        directory: the SavedModel directory.
+
+    Returns:
+        The restored object, with `.source` and `.target` offering
+        `tokenize`, `detokenize`, `lookup`, `get_vocab_size`,
+        `get_vocab_path` and `get_reserved_tokens`.
+
+    Raises:
+        DataError: if the directory is missing or holds no SavedModel.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"Cannot load tokenizers: {str(directory)!r} is not a directory.")
+    if not (directory / "saved_model.pb").is_file():
+        raise DataError(
+            f"Cannot load tokenizers: {str(directory)!r} holds no SavedModel (saved_model.pb "
+            "is missing); save them with save_tokenizers()."
+        )
+    return tf.saved_model.load(str(directory))

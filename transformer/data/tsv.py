@@ -1,0 +1,419 @@
+"""Your own parallel text: `source<TAB>target` files.
+
+The format is one sentence pair per line, UTF-8, columns separated by tabs, as
+in the Tatoeba/ManyThings downloads (`por.txt`: English, Portuguese, and an
+attribution column). Which columns hold the source and the target is a
+parameter; extra columns are ignored and blank lines are skipped.
+
+A malformed line (too few columns, an empty sentence, bytes that are not
+UTF-8) stops reading with a one-line `DataError` that names the file and the
+line, e.g. ``corpus.tsv:17: expected at least 2 tab-separated columns, found
+1``, unless `skip_bad_lines=True`: then bad lines are skipped, and their
+number is logged and returned by `read_tsv_with_stats`. A missing file, a
+directory, an empty file and a binary file are errors too.
+
+Files are read line by line, so a large corpus costs only the memory of its
+sentence pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+from transformer.data.corpus import Corpus, DataError, Pair
+
+logger = logging.getLogger(__name__)
+
+# A line longer than this is not a sentence pair; reading stops with an error
+# (or skips the line) instead of loading it into memory.
+MAX_LINE_BYTES = 1 << 20
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+@dataclasses.dataclass
+class TsvStats:
+    """What `read_tsv_with_stats` found in a file.
+
+    Attributes:
+        path: the file read.
+        lines: lines read, blank ones included.
+        pairs: sentence pairs returned.
+        blank: blank lines skipped.
+        skipped: bad lines skipped (only with `skip_bad_lines=True`).
+        first_bad_line: a message about the first bad line skipped, if any.
+    """
+
+    path: str
+    lines: int = 0
+    pairs: int = 0
+    blank: int = 0
+    skipped: int = 0
+    first_bad_line: str | None = None
+
+
+def _check_column(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DataError(
+            f"Received an invalid value for argument `{name}`, expected a non-negative "
+            f"integer (columns count from 0). Received: {name}={value!r}"
+        )
+
+
+def _open_checked(path: Path):
+    """Opens `path` for binary reading, or raises a one-line DataError saying why not."""
+    if not path.exists():
+        raise DataError(f"{path}: no such file.")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a TSV file of source<TAB>target lines.")
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    except OSError as error:
+        raise DataError(f"{path}: cannot be read ({error.strerror or error}).") from None
+    head = handle.read(4)
+    handle.seek(0)
+    if head.startswith(_GZIP_MAGIC):
+        handle.close()
+        raise DataError(f"{path}: is a gzip archive, not text; decompress it first (gunzip).")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        handle.close()
+        raise DataError(
+            f"{path}: is UTF-16 text (it starts with a UTF-16 byte-order mark); convert it "
+            "to UTF-8, e.g. iconv -f UTF-16 -t UTF-8."
+        )
+    if head.startswith(_ZIP_MAGIC):
+        handle.close()
+        raise DataError(f"{path}: is a zip archive, not text; extract the .txt/.tsv file first.")
+    return handle
+
+
+def read_tsv_with_stats(
+    path,
+    source_column: int = 0,
+    target_column: int = 1,
+    skip_bad_lines: bool = False,
+) -> tuple[list[Pair], TsvStats]:
+    """Reads sentence pairs from a TSV file and says what it skipped.
+
+    Args:
+        path: the file, UTF-8 (a byte-order mark is allowed), one
+            `source<TAB>target` pair per line; `\\n` or `\\r\\n` line ends.
+        source_column: the column (from 0) holding the source sentence.
+        target_column: the column (from 0) holding the target sentence.
+        skip_bad_lines: skip malformed lines (too few columns, an empty
+            sentence, invalid UTF-8, NUL bytes, over-long lines) instead of
+            raising; their number is logged and returned in the stats.
+
+    Returns:
+        `(pairs, stats)`: the `(source, target)` pairs, stripped of
+        surrounding whitespace, in file order, and a `TsvStats`.
+
+    Raises:
+        DataError: the file is missing, a directory, an archive, empty, holds
+            no pairs, or has a bad line (without `skip_bad_lines`). The
+            message is one line: ``corpus.tsv:17: expected at least 2
+            tab-separated columns, found 1``.
+
+    Example:
+
+    ```python
+    pairs, stats = read_tsv_with_stats("por.txt", source_column=1, target_column=0,
+                                       skip_bad_lines=True)
+    print(len(pairs), "pairs,", stats.skipped, "bad lines skipped")
+    ```
+    """
+    _check_column("source_column", source_column)
+    _check_column("target_column", target_column)
+    if source_column == target_column:
+        raise DataError(
+            "Received invalid values for arguments `source_column` and `target_column`, "
+            f"expected two different columns. Received: source_column={source_column}, "
+            f"target_column={target_column}"
+        )
+    path = Path(os.fspath(path))
+    stats = TsvStats(path=str(path))
+    needed = max(source_column, target_column) + 1
+    pairs: list[Pair] = []
+
+    def bad(number: int, message: str) -> None:
+        full = f"{path}:{number}: {message}"
+        if not skip_bad_lines:
+            raise DataError(full)
+        stats.skipped += 1
+        if stats.first_bad_line is None:
+            stats.first_bad_line = full
+
+    with _open_checked(path) as handle:
+        number = 0
+        while True:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                # Skip the rest of the over-long line before reporting it.
+                while raw and not raw.endswith(b"\n"):
+                    raw = handle.readline(MAX_LINE_BYTES + 1)
+                bad(number, f"line longer than {MAX_LINE_BYTES:,} bytes; is this a text corpus?")
+                continue
+            if b"\x00" in raw:
+                bad(number, "contains NUL bytes; this looks like a binary file, not UTF-8 text")
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad(
+                    number,
+                    f"invalid UTF-8 (byte 0x{raw[error.start]:02x} at byte {error.start + 1} of "
+                    "the line); convert the file to UTF-8",
+                )
+                continue
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                stats.blank += 1
+                continue
+            columns = line.split("\t")
+            if len(columns) < needed:
+                bad(
+                    number,
+                    f"expected at least {needed} tab-separated columns, found {len(columns)}",
+                )
+                continue
+            source = columns[source_column].strip()
+            target = columns[target_column].strip()
+            if not source or not target:
+                side = "source" if not source else "target"
+                column = source_column if not source else target_column
+                bad(number, f"empty {side} sentence (column {column})")
+                continue
+            pairs.append((source, target))
+        stats.lines = number
+    stats.pairs = len(pairs)
+    if stats.lines == 0:
+        raise DataError(f"{path}: file is empty; expected lines of source<TAB>target.")
+    if not pairs:
+        if stats.skipped:
+            raise DataError(
+                f"{path}: no valid sentence pairs; all {stats.skipped} non-blank lines are bad "
+                f"(first: {stats.first_bad_line})."
+            )
+        raise DataError(f"{path}: no sentence pairs, only blank lines.")
+    if stats.skipped:
+        logger.warning(
+            "Skipped %d bad line(s) of %s (first: %s).", stats.skipped, path, stats.first_bad_line
+        )
+    logger.info("Read %d pairs from %s.", len(pairs), path)
+    return pairs, stats
+
+
+def read_tsv(
+    path,
+    source_column: int = 0,
+    target_column: int = 1,
+    skip_bad_lines: bool = False,
+) -> list[Pair]:
+    """Reads `(source, target)` pairs from a TSV file.
+
+    The same as `read_tsv_with_stats` without the stats; skipped lines are
+    logged (a warning with their number and the first one).
+
+    Args:
+        path: the UTF-8 file, one `source<TAB>target` pair per line.
+        source_column: the column (from 0) holding the source sentence.
+        target_column: the column (from 0) holding the target sentence.
+        skip_bad_lines: skip malformed lines instead of raising `DataError`.
+
+    Returns:
+        The list of `(source, target)` pairs.
+
+    Example:
+
+    ```python
+    pairs = read_tsv("corpus.tsv")
+    pairs[0]  # ('o gato preto', 'the black cat')
+    ```
+    """
+    pairs, _ = read_tsv_with_stats(path, source_column, target_column, skip_bad_lines)
+    return pairs
+
+
+def write_tsv(pairs: Iterable[Pair], path) -> None:
+    """Writes `(source, target)` pairs as UTF-8 `source<TAB>target` lines.
+
+    Args:
+        pairs: the sentence pairs. A tab or newline inside a sentence would
+            break the format, so it is a `DataError`.
+        path: the file to write (its directory must exist).
+
+    Example:
+
+    ```python
+    write_tsv([("o gato", "the cat")], "tiny.tsv")
+    ```
+    """
+    path = Path(os.fspath(path))
+    lines = []
+    for index, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise DataError(f"pair {index}: expected (source, target), got {len(pair)} items.")
+        for side in pair:
+            if not isinstance(side, str):
+                raise DataError(f"pair {index}: expected strings, got {type(side).__name__}.")
+            if "\t" in side or "\n" in side or "\r" in side:
+                raise DataError(
+                    f"pair {index}: a sentence contains a tab or a line break, which TSV "
+                    f"cannot hold: {side!r}"
+                )
+        lines.append(f"{pair[0]}\t{pair[1]}\n")
+    try:
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            handle.writelines(lines)
+    except OSError as error:
+        raise DataError(f"{path}: cannot be written ({error.strerror or error}).") from None
+
+
+def _check_fraction(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise DataError(
+            f"Received an invalid value for argument `{name}`, expected a float in [0, 1). "
+            f"Received: {name}={value!r}"
+        )
+
+
+def split_pairs(
+    pairs: list[Pair],
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    seed: int = 0,
+) -> Corpus:
+    """Splits pairs into training, validation and test sets, deterministically.
+
+    Pairs are grouped by source sentence, and a group is never split, so a
+    source sentence with several translations (common in Tatoeba) never shows
+    up in two splits. The groups are shuffled with `seed`; the validation and
+    test splits get `round(fraction * number of groups)` groups each, at least
+    one when the fraction is positive.
+
+    Args:
+        pairs: `(source, target)` pairs.
+        valid_fraction: share of source sentences for validation, in [0, 1).
+        test_fraction: share of source sentences for the test, in [0, 1).
+        seed: the shuffle seed; the same pairs and seed give the same split.
+
+    Returns:
+        A `Corpus`. Within each split, pairs keep their order in `pairs`.
+
+    Example:
+
+    >>> corpus = split_pairs([(f"s{i}", f"t{i}") for i in range(100)], 0.1, 0.1)
+    >>> corpus.sizes()
+    {'train': 80, 'valid': 10, 'test': 10}
+    """
+    _check_fraction("valid_fraction", valid_fraction)
+    _check_fraction("test_fraction", test_fraction)
+    if valid_fraction + test_fraction >= 1:
+        raise DataError(
+            "Received invalid values for arguments `valid_fraction` and `test_fraction`, "
+            f"expected a sum below 1. Received: valid_fraction={valid_fraction}, "
+            f"test_fraction={test_fraction}"
+        )
+    sources = list(dict.fromkeys(source for source, _ in pairs))
+    n = len(sources)
+    n_valid = max(1, round(valid_fraction * n)) if valid_fraction > 0 else 0
+    n_test = max(1, round(test_fraction * n)) if test_fraction > 0 else 0
+    if n_valid + n_test >= n:
+        raise DataError(
+            f"Cannot split {len(pairs)} pairs ({n} distinct source sentences) into "
+            f"{n_valid} validation and {n_test} test sentences and keep any for training; "
+            "give more pairs or smaller fractions."
+        )
+    random.Random(seed).shuffle(sources)
+    split_of = {source: "test" for source in sources[:n_test]}
+    split_of.update({source: "valid" for source in sources[n_test : n_test + n_valid]})
+    corpus = Corpus(train=[], valid=[], test=[])
+    for pair in pairs:
+        getattr(corpus, split_of.get(pair[0], "train")).append(pair)
+    return corpus
+
+
+def load_tsv_corpus(
+    train_path,
+    valid_path=None,
+    test_path=None,
+    source_column: int = 0,
+    target_column: int = 1,
+    skip_bad_lines: bool = False,
+    seed: int = 0,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+) -> Corpus:
+    """Loads a corpus from TSV files, splitting off what is not given.
+
+    With only `train_path`, validation and test pairs are split from it by
+    `split_pairs`. With `valid_path` but no `test_path`, only a test split is
+    taken from the training file, and the other way round.
+
+    Args:
+        train_path: the TSV file of training pairs (or of all pairs).
+        valid_path: an optional TSV file of validation pairs.
+        test_path: an optional TSV file of test pairs.
+        source_column: the column (from 0) of the source sentence, in all files.
+        target_column: the column (from 0) of the target sentence, in all files.
+        skip_bad_lines: skip malformed lines (counted in `Corpus.skipped_lines`).
+        seed: the seed of the split.
+        valid_fraction: share of source sentences split off for validation.
+        test_fraction: share of source sentences split off for the test.
+
+    Returns:
+        A `Corpus` named after `train_path`.
+
+    Example:
+
+    ```python
+    corpus = load_tsv_corpus("por.txt", source_column=1, target_column=0)
+    ```
+    """
+    skipped = 0
+
+    def read(path) -> list[Pair]:
+        nonlocal skipped
+        pairs, stats = read_tsv_with_stats(path, source_column, target_column, skip_bad_lines)
+        skipped += stats.skipped
+        return pairs
+
+    train = read(train_path)
+    valid = read(valid_path) if valid_path is not None else None
+    test = read(test_path) if test_path is not None else None
+    corpus = split_pairs(
+        train,
+        valid_fraction=0 if valid is not None else valid_fraction,
+        test_fraction=0 if test is not None else test_fraction,
+        seed=seed,
+    )
+    if valid is not None:
+        corpus.valid = valid
+    if test is not None:
+        corpus.test = test
+    train_sources = {source for source, _ in corpus.train}
+    for name, given in (("validation", valid), ("test", test)):
+        if given:
+            shared = sum(1 for source, _ in given if source in train_sources)
+            if shared:
+                logger.warning(
+                    "%d of %d %s pairs have a source sentence that is also in the training "
+                    "data; scores on them will be optimistic.",
+                    shared,
+                    len(given),
+                    name,
+                )
+    corpus.name = str(train_path)
+    corpus.skipped_lines = skipped
+    return corpus
