@@ -1,0 +1,153 @@
+"""Tests of transformer.data.batching: ((context, x), labels) for teacher forcing."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from transformer.constants import END_ID, PAD_ID, START_ID
+from transformer.data.batching import batches_from_tokens, make_batches, tokenize_pairs
+from transformer.data.corpus import DataError
+from transformer.data.tokenizers import build_tokenizers
+from transformer.data.toy import generate_toy_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return generate_toy_corpus(seed=0, n_train=1000, n_valid=10, n_test=10)
+
+
+@pytest.fixture(scope="module")
+def tokenizers(corpus):
+    return build_tokenizers(corpus.train)
+
+
+@pytest.fixture(scope="module")
+def tokenized(corpus, tokenizers):
+    return tokenize_pairs(corpus.train, tokenizers, max_tokens=64)
+
+
+def _rows(batch_tensor) -> list[list[int]]:
+    """Rows of a padded batch without their trailing padding."""
+    rows = []
+    for row in batch_tensor.numpy().tolist():
+        while row and row[-1] == PAD_ID:
+            row.pop()
+        rows.append(row)
+    return rows
+
+
+def test_batch_structure_shapes_and_dtypes(corpus, tokenizers):
+    dataset = make_batches(corpus.train, tokenizers, batch_size=32, max_tokens=64)
+    (context, x), labels = next(iter(dataset))
+    assert context.dtype == x.dtype == labels.dtype == tf.int64
+    assert context.shape[0] == x.shape[0] == labels.shape[0] == 32
+    assert x.shape == labels.shape
+    assert dataset.element_spec[0][0].shape.as_list() == [None, None]
+    assert int(dataset.cardinality()) == 1000 // 32 + 1
+
+
+def test_x_and_labels_are_the_target_shifted_by_one(corpus, tokenizers):
+    dataset = make_batches(
+        corpus.train[:40], tokenizers, batch_size=40, max_tokens=64, shuffle=False
+    )
+    (context, x), labels = next(iter(dataset))
+    targets = tokenizers.target.tokenize(tf.constant([t for _, t in corpus.train[:40]])).to_list()
+    sources = tokenizers.source.tokenize(tf.constant([s for s, _ in corpus.train[:40]])).to_list()
+    assert _rows(context) == sources
+    for target, x_row, label_row in zip(targets, x.numpy(), labels.numpy(), strict=True):
+        n = len(target) - 1
+        assert x_row[:n].tolist() == target[:-1]  # [START] w1 ... wk
+        assert label_row[:n].tolist() == target[1:]  # w1 ... wk [END]
+        assert x_row[0] == START_ID and label_row[n - 1] == END_ID
+        # Zero padding; x of a shorter target still holds its [END] (the
+        # tutorial's layout), where the label is already padding.
+        assert not label_row[n:].any()
+        assert x_row[n:].tolist() in ([], [END_ID] + [PAD_ID] * (len(x_row) - n - 1))
+    # The batch is as long as its longest sentence, no longer.
+    assert x.shape[1] == max(len(t) for t in targets) - 1
+    assert context.shape[1] == max(len(s) for s in sources)
+
+
+def test_padding_is_zero_and_only_at_the_end(corpus, tokenizers):
+    dataset = make_batches(corpus.train, tokenizers, batch_size=64, max_tokens=64)
+    for (context, x), labels in dataset.take(5):
+        for tensor in (context, x, labels):
+            values = tensor.numpy()
+            is_pad = values == PAD_ID
+            # Once padding starts in a row, it continues to the end.
+            assert (np.diff(is_pad.astype(int), axis=1) >= 0).all()
+        assert ((labels.numpy() == PAD_ID) == (np.roll(x.numpy(), -1, axis=1) == PAD_ID))[
+            :, :-1
+        ].all()
+
+
+def test_each_pair_once_per_epoch_and_shuffle_is_seeded(tokenized):
+    def epoch_orders(seed, epochs=2):
+        dataset = batches_from_tokens(tokenized, batch_size=100, shuffle=True, seed=seed)
+        orders = []
+        for _ in range(epochs):
+            orders.append([tuple(r) for (c, _), _ in dataset for r in _rows(c)])
+        return orders
+
+    first, second = epoch_orders(seed=3)
+    unshuffled = [
+        tuple(r)
+        for (c, _), _ in batches_from_tokens(tokenized, 100, shuffle=False)
+        for r in _rows(c)
+    ]
+    assert sorted(first) == sorted(unshuffled) == sorted(second)  # every pair, once
+    assert first != unshuffled and second != first  # shuffled anew each epoch
+    assert epoch_orders(seed=3) == [first, second]  # the same for the same seed
+    assert epoch_orders(seed=4)[0] != first
+
+
+def test_no_shuffle_keeps_order_and_drop_remainder(tokenized):
+    dataset = batches_from_tokens(tokenized, batch_size=300, shuffle=False, drop_remainder=True)
+    batches = list(dataset)
+    assert len(batches) == 3 and all(b[1].shape[0] == 300 for b in batches)
+    assert _rows(batches[0][0][0])[0] == tokenized.context[0].numpy().tolist()
+
+
+def test_long_pairs_are_trimmed_keeping_end_and_counted(tokenizers, caplog):
+    long_source = " ".join(["o gato preto"] * 10)  # 30 words
+    long_target = " ".join(["the black cat"] * 10)
+    pairs = [(long_source, "the cat"), ("o gato", long_target), ("o gato", "the cat")]
+    with caplog.at_level(logging.WARNING, logger="transformer.data.batching"):
+        tokenized = tokenize_pairs(pairs, tokenizers, max_tokens=8)
+    assert (tokenized.num_trimmed, tokenized.num_trimmed_source, tokenized.num_trimmed_target) == (
+        2,
+        1,
+        1,
+    )
+    assert "Trimmed 2 of 3 pairs to max_tokens=8" in caplog.text
+    context = tokenized.context.to_list()
+    target = tokenized.target.to_list()
+    assert len(context[0]) == 8 and context[0][0] == START_ID and context[0][-1] == END_ID
+    assert len(target[1]) == 9 and target[1][0] == START_ID and target[1][-1] == END_ID
+    full = tokenizers.target.tokenize(tf.constant([long_target])).to_list()[0]
+    assert target[1][:-1] == full[:8]  # the first tokens are kept
+    assert context[2] == tokenizers.source.tokenize(tf.constant(["o gato"])).to_list()[0]
+
+    (c, x), labels = next(iter(batches_from_tokens(tokenized, 3, shuffle=False)))
+    assert c.shape[1] <= 8 and x.shape[1] <= 8 and labels.shape[1] <= 8
+    assert labels.numpy()[1, -1] == END_ID
+
+
+def test_nothing_trimmed_nothing_logged(corpus, tokenizers, caplog):
+    with caplog.at_level(logging.WARNING, logger="transformer.data.batching"):
+        tokenized = tokenize_pairs(corpus.valid, tokenizers, max_tokens=64)
+    assert tokenized.num_trimmed == 0 and "Trimmed" not in caplog.text
+    assert len(tokenized) == len(corpus.valid)
+
+
+def test_bad_arguments(corpus, tokenizers, tokenized):
+    with pytest.raises(ValueError, match="`max_tokens`.*Received: max_tokens=1"):
+        make_batches(corpus.train, tokenizers, batch_size=8, max_tokens=1)
+    with pytest.raises(ValueError, match="`batch_size`.*Received: batch_size=0"):
+        batches_from_tokens(tokenized, batch_size=0)
+    with pytest.raises(DataError, match="empty"):
+        make_batches([], tokenizers, batch_size=8, max_tokens=16)
