@@ -526,9 +526,10 @@ def _output_lengths(output_tokens):
     """Tokens up to and including the first `[END]`; all of them if there is none."""
     output_tokens = tf.convert_to_tensor(output_tokens, tf.int64)
     width = tf.shape(output_tokens, out_type=tf.int64)[1]
-    is_end = tf.equal(output_tokens, END_ID)  # (batch, steps)
-    first_end = tf.argmax(tf.cast(is_end, tf.int32), axis=1, output_type=tf.int64)  # (batch,)
-    return tf.where(tf.reduce_any(is_end, axis=1), first_end + 1, width)  # (batch,)
+    positions = tf.range(width, dtype=tf.int64)[tf.newaxis, :]  # (1, steps)
+    end_lengths = tf.where(tf.equal(output_tokens, END_ID), positions + 1, width)  # (batch, steps)
+    # The minimum over an empty row is the largest int64; `width` (0) caps it.
+    return tf.minimum(tf.reduce_min(end_lengths, axis=1), width)  # (batch,)
 
 
 def _teacher_forced(model, encoder_tokens, output_tokens, lengths):

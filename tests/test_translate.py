@@ -1,0 +1,421 @@
+"""Tests of transformer/translate.py: cached decoding, beam search, Translator, export."""
+
+import itertools
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from translate_helpers import random_model, random_sources, trained_run
+
+from transformer.constants import END_ID, PAD_ID
+from transformer.rundir import CONFIG_FILE, RunDirError
+from transformer.translate import (
+    Translation,
+    Translator,
+    beam_search_decode,
+    cached_greedy_decode,
+    compile_beam_search,
+    compile_greedy_decode,
+    export_translator,
+    length_penalty,
+    naive_greedy_decode,
+    sequence_log_probs,
+)
+
+LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
+
+
+@pytest.fixture(scope="module")
+def run_dir():
+    return trained_run()[0]
+
+
+@pytest.fixture(scope="module")
+def test_pairs():
+    return trained_run()[1]
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir):
+    return Translator.from_run(run_dir)
+
+
+def _first_end_lengths(tokens):
+    return [int(np.argmax(row == END_ID)) + 1 if (row == END_ID).any() else None
+            for row in np.asarray(tokens)]
+
+
+# --- cached greedy decoding equals the naive loop ---------------------------------
+
+
+@pytest.mark.parametrize("seed,end_bias,max_length", [(0, 0.0, 10), (1, 1.5, 12), (3, 1.5, 12)])
+def test_cached_greedy_equals_naive_loop_on_random_models(seed, end_bias, max_length):
+    model = random_model(seed, end_bias)
+    sources = random_sources(seed, LENGTHS)
+    naive = naive_greedy_decode(model, sources, max_length).numpy()
+    cached = cached_greedy_decode(model, sources, max_length).numpy()
+    # The models are not degenerate: outputs vary.
+    assert len(np.unique(naive)) >= 4
+    np.testing.assert_array_equal(cached, naive)
+    if end_bias:
+        # Sentences stop at different steps, and a finished one only gets [PAD].
+        ends = _first_end_lengths(naive)
+        assert len(set(ends)) >= 2
+        for row, end in zip(naive, ends, strict=True):
+            if end is not None:
+                assert (row[end:] == PAD_ID).all()
+
+
+def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
+    model = random_model(1, end_bias=3.0)
+    sources = random_sources(1, LENGTHS)
+    greedy = compile_greedy_decode(model)
+    flags = tf.zeros([len(LENGTHS)], tf.bool)
+    out = greedy(tf.constant(sources), tf.constant(30), tf.constant(False), flags).numpy()
+    naive = naive_greedy_decode(model, sources, 30).numpy()
+    np.testing.assert_array_equal(out, naive)
+    ends = _first_end_lengths(out)
+    assert None not in ends and len(set(ends)) >= 2
+    assert out.shape[1] == max(ends)  # the loop stopped at the last [END]
+
+
+def test_padding_in_the_batch_does_not_change_a_sentence():
+    model = random_model(2, end_bias=1.5)
+    sources = random_sources(2, LENGTHS)
+    batched = cached_greedy_decode(model, sources, 8).numpy()
+    for row, length in enumerate(LENGTHS):
+        alone = cached_greedy_decode(model, sources[row:row + 1, :length], 8).numpy()[0]
+        np.testing.assert_array_equal(batched[row, :len(alone)], alone)
+        assert (batched[row, len(alone):] == PAD_ID).all()
+
+
+def test_finished_sentences_do_not_affect_the_others():
+    model = random_model(0)
+    sources = random_sources(0, LENGTHS)
+    finished = np.array([False, True, False, True, False])
+    out = cached_greedy_decode(model, sources, 6, initial_finished=finished).numpy()
+    free = cached_greedy_decode(model, sources, 6).numpy()
+    assert (out[finished] == PAD_ID).all()
+    np.testing.assert_array_equal(out[~finished], free[~finished])
+    naive = naive_greedy_decode(model, sources, 6, initial_finished=finished).numpy()
+    np.testing.assert_array_equal(out, naive)
+
+
+def test_force_length_ignores_end():
+    model = random_model(0, end_bias=3.0)  # [END] first almost always
+    sources = random_sources(0, LENGTHS)
+    assert cached_greedy_decode(model, sources, 6).numpy().shape[1] < 6
+    forced = cached_greedy_decode(model, sources, 6, force_length=True).numpy()
+    assert forced.shape == (len(LENGTHS), 6)
+    np.testing.assert_array_equal(
+        forced, naive_greedy_decode(model, sources, 6, force_length=True).numpy()
+    )
+
+
+def test_cached_greedy_equals_naive_loop_on_a_trained_model(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:12]]
+    encoder_tokens, _ = translator.encode(sentences)
+    model = translator.transformer
+    naive = naive_greedy_decode(model, encoder_tokens, 30).numpy()
+    cached = cached_greedy_decode(model, encoder_tokens, 30).numpy()
+    np.testing.assert_array_equal(cached, naive)
+    assert None not in _first_end_lengths(naive)  # the trained model ends its sentences
+
+
+def test_one_trace_for_every_batch_size_and_length():
+    model = random_model(0, end_bias=1.5)
+    greedy = compile_greedy_decode(model)
+    beam = compile_beam_search(model)
+    for batch, length, max_length in [(1, 4, 5), (3, 9, 17), (5, 2, 1), (2, 30, 40)]:
+        sources = tf.constant(random_sources(batch, [length] * batch))
+        flags = tf.zeros([batch], tf.bool)
+        greedy(sources, tf.constant(max_length), tf.constant(False), flags)
+        for beam_size in (1, 3):
+            beam(sources, tf.constant(max_length), tf.constant(beam_size), tf.constant(0.6),
+                 flags)
+    assert greedy.experimental_get_tracing_count() == 1
+    assert beam.experimental_get_tracing_count() == 1
+
+
+# --- beam search -----------------------------------------------------------------
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 0.0) == 1.0
+    np.testing.assert_allclose(length_penalty(7, 0.6), (12 / 6) ** 0.6)
+    np.testing.assert_allclose(length_penalty(tf.constant(7), 0.6).numpy(), (12 / 6) ** 0.6,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed,end_bias", [(0, 0.0), (1, 1.5), (3, 1.5)])
+def test_beam_size_one_equals_greedy_on_random_models(seed, end_bias):
+    model = random_model(seed, end_bias)
+    sources = random_sources(seed, LENGTHS)
+    greedy = naive_greedy_decode(model, sources, 16).numpy()
+    tokens, _ = beam_search_decode(model, sources, 16, beam_size=1, alpha=0.6)
+    tokens = tokens.numpy()
+    np.testing.assert_array_equal(tokens[:, :greedy.shape[1]], greedy)
+    assert (tokens[:, greedy.shape[1]:] == PAD_ID).all()
+
+
+def test_beam_scores_are_the_models_scores():
+    model = random_model(1, end_bias=1.5)
+    sources = random_sources(1, LENGTHS)
+    tokens, scores = beam_search_decode(model, sources, 12, beam_size=3, alpha=0.6)
+    log_probs, lengths = sequence_log_probs(model, sources, tokens)
+    np.testing.assert_allclose(scores.numpy(), log_probs / length_penalty(lengths, 0.6),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_a_beam_wider_than_the_search_space_finds_the_best_output(alpha):
+    # Target vocabulary of 6 and at most 3 output tokens: 6 + 36 + 216 outputs
+    # (shorter ones end with [END]). A beam of 216 keeps every hypothesis, so
+    # it must return the best-scoring output of all, found by brute force.
+    model = random_model(4, end_bias=1.0, target_vocab_size=6)
+    sources = random_sources(4, [5, 3])
+    tokens, scores = beam_search_decode(model, sources, 3, beam_size=216, alpha=alpha)
+    candidates = []
+    for length in (1, 2, 3):
+        for prefix in itertools.product(range(6), repeat=length - 1):
+            if END_ID in prefix:
+                continue
+            for last in range(6):
+                candidates.append(list(prefix) + [last] + [PAD_ID] * (3 - length))
+    candidates = np.array(candidates, np.int64)
+    for row in range(2):
+        repeated = np.repeat(sources[row:row + 1], len(candidates), axis=0)
+        log_probs, lengths = sequence_log_probs(model, repeated, candidates)
+        best = np.max(log_probs / length_penalty(lengths, alpha))
+        np.testing.assert_allclose(scores.numpy()[row], best, rtol=1e-5, atol=1e-5)
+
+
+def test_beam_scores_at_least_the_greedy_scores_on_a_trained_model(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:24]]
+    encoder_tokens, _ = translator.encode(sentences)
+    model = translator.transformer
+    greedy = cached_greedy_decode(model, encoder_tokens, 30)
+    for alpha in (0.0, 0.6):
+        beam, _ = beam_search_decode(model, encoder_tokens, 30, beam_size=4, alpha=alpha)
+        g_log_probs, g_lengths = sequence_log_probs(model, encoder_tokens, greedy)
+        b_log_probs, b_lengths = sequence_log_probs(model, encoder_tokens, beam)
+        g_scores = g_log_probs / length_penalty(g_lengths, alpha)
+        b_scores = b_log_probs / length_penalty(b_lengths, alpha)
+        assert (b_scores >= g_scores - 1e-5).all(), (alpha, b_scores - g_scores)
+
+
+# --- Translator --------------------------------------------------------------------
+
+
+def test_translator_translates_the_toy_test_set(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:16]]
+    results = translator(sentences)
+    assert len(results) == 16 and all(isinstance(r, Translation) for r in results)
+    correct = sum(r.text == target for r, (_, target) in zip(results, test_pairs, strict=False))
+    assert correct >= 8, [(r.text, t) for r, (_, t) in zip(results, test_pairs, strict=False)]
+    one = translator(sentences[0])
+    text, tokens, attention = one  # unpacks like the tutorial's result
+    assert text == results[0].text
+    assert tokens[0] == "[START]" and tokens[-1] == "[END]"
+    assert one.input_tokens[0] == "[START]" and one.input_tokens[-1] == "[END]"
+    assert len(one.token_ids) == len(tokens) - 1
+    assert one.score == pytest.approx(one.log_prob)  # greedy: alpha 0
+    assert one.log_prob < 0
+
+
+def test_translator_greedy_beam_one_and_beam(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:6]]
+    greedy = translator(sentences)
+    beam_one = translator(sentences, beam_size=1, alpha=0.6)
+    encoder_tokens, _ = translator.encode(sentences)
+    cached = cached_greedy_decode(translator.transformer, encoder_tokens, translator.max_length)
+    for row, (g, b) in enumerate(zip(greedy, beam_one, strict=True)):
+        assert g.text == b.text
+        np.testing.assert_array_equal(g.token_ids, cached.numpy()[row, :len(g.token_ids)])
+    beam = translator(sentences, beam_size=4)
+    for b, g in zip(beam, greedy, strict=True):
+        assert b.score >= g.log_prob / length_penalty(len(g.token_ids), 0.6) - 1e-5
+    assert translator.greedy_tracing_count == 1 and translator.beam_tracing_count == 1
+
+
+def test_attention_weights_shapes_rows_and_values(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:3]]
+    results = translator(sentences, beam_size=3)
+    model = translator.transformer
+    heads, layers = model.num_heads, model.num_layers
+    for sentence, result in zip(sentences, results, strict=True):
+        n, s = len(result.tokens) - 1, len(result.input_tokens)
+        weights = result.attention_weights
+        assert sorted(weights) == sorted(
+            [f"encoder_layer{i}" for i in range(1, layers + 1)]
+            + [f"decoder_layer{i}_block{b}" for i in range(1, layers + 1) for b in (1, 2)]
+        )
+        for name, w in weights.items():
+            if name.startswith("encoder"):
+                expected = (heads, s, s)
+            elif name.endswith("block1"):
+                expected = (heads, n, n)
+            else:
+                expected = (heads, n, s)
+            assert w.shape == expected, name
+            np.testing.assert_allclose(w.sum(axis=-1), 1.0, atol=1e-5)
+        # Masked self-attention never looks ahead.
+        block1 = weights["decoder_layer1_block1"]
+        assert np.abs(np.triu(block1, k=1)).max() == 0.0
+        # The weights are the model's own, for this sentence alone.
+        context, _ = translator.encode([sentence])
+        decoder_input = np.concatenate([[2], result.token_ids[:-1]])[np.newaxis]
+        _, direct = model((context, tf.constant(decoder_input)), training=False,
+                          return_attention_weights=True)
+        for name, w in weights.items():
+            np.testing.assert_allclose(w, direct[name].numpy()[0], atol=1e-5)
+
+
+def test_empty_sentences_give_empty_translations(translator, test_pairs):
+    sentence = test_pairs[0][0]
+    results = translator(["", sentence, "   "])
+    assert [r.text for r in results[::2]] == ["", ""]
+    assert results[0].tokens == [] and results[0].attention_weights == {}
+    assert results[0].token_ids.shape == (0,)
+    assert results[1].text == translator(sentence).text
+    assert translator("").text == ""
+    assert translator(["", ""], beam_size=3)[1].text == ""
+
+
+def test_unknown_words_go_through_unk(translator):
+    result = translator("o gato xyzzyq 漢字 come")
+    assert "[UNK]" in result.input_tokens
+    assert isinstance(result.text, str) and result.tokens[0] == "[START]"
+
+
+def test_overlong_sentence_is_trimmed_with_a_warning(translator, caplog):
+    limit = translator.transformer.max_length
+    sentence = " ".join(["o gato preto come o peixe"] * 12)  # far more than `limit` tokens
+    with caplog.at_level(logging.WARNING, logger="transformer.translate"):
+        result = translator(["o gato", sentence])[1]
+    assert "trimmed" in caplog.text and f"max_length={limit}" in caplog.text
+    assert len(result.input_tokens) == limit and result.input_tokens[-1] == "[END]"
+    assert result.text
+
+
+def test_max_length_caps_the_output(translator, test_pairs, caplog):
+    result = translator(test_pairs[0][0], max_length=2)
+    assert len(result.token_ids) <= 2
+    with caplog.at_level(logging.WARNING, logger="transformer.translate"):
+        translator(test_pairs[0][0], max_length=10_000)
+    assert "more than the model's max_length" in caplog.text
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"beam_size": 0}, "beam_size"),
+    ({"max_length": 0}, "max_length"),
+    ({"alpha": -1.0}, "alpha"),
+    ({"alpha": float("nan")}, "alpha"),
+])
+def test_bad_arguments_are_clear_errors(translator, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        translator("o gato", **kwargs)
+
+
+def test_bad_sentences_are_clear_errors(translator):
+    with pytest.raises(ValueError, match="sentence_or_list"):
+        translator(123)
+    with pytest.raises(ValueError, match="sentence_or_list"):
+        translator(["o gato", None])
+    assert translator([]) == []
+
+
+def test_missing_or_incomplete_run_directory(tmp_path):
+    with pytest.raises(RunDirError, match="does not exist"):
+        Translator.from_run(tmp_path / "nope")
+    (tmp_path / CONFIG_FILE).write_text("{}")
+    with pytest.raises(RunDirError, match="tokenizers, model.keras") as info:
+        Translator.from_run(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_model_is_a_one_line_error(run_dir, tmp_path):
+    import shutil
+
+    for name in ("tokenizers", "config.json"):
+        src = run_dir / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    (tmp_path / "model.keras").write_bytes(b"not a zip file")
+    with pytest.raises(RunDirError, match="model.keras") as info:
+        Translator.from_run(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+# --- export ------------------------------------------------------------------------
+
+RELOAD_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
+    translator = tf.saved_model.load(sys.argv[1])
+    sentences = json.loads(sys.argv[2])
+    batch = [t.decode() for t in translator(tf.constant(sentences)).numpy()]
+    one = translator(tf.constant(sentences[0])).numpy().decode()
+    beam = translator.translate(tf.constant(sentences), tf.constant(30), tf.constant(4),
+                                tf.constant(0.6)).numpy()
+    print(json.dumps({
+        "batch": batch, "one": one, "beam": [t.decode() for t in beam],
+        "imported_transformer": any(m.split(".")[0] == "transformer" for m in sys.modules),
+    }))
+""")
+
+
+def test_export_reloads_in_a_fresh_process_with_the_same_translations(
+    translator, run_dir, test_pairs, tmp_path
+):
+    # From a run directory, the export goes to <run_dir>/export.
+    export_dir = export_translator(run_dir)
+    assert export_dir == run_dir / "export" and (export_dir / "saved_model.pb").is_file()
+    sentences = [source for source, _ in test_pairs[:5]] + ["", "o gato xyzzyq"]
+    done = subprocess.run(
+        [sys.executable, "-c", RELOAD_SCRIPT, str(export_dir), json.dumps(sentences)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reloaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not reloaded["imported_transformer"]
+    assert reloaded["batch"] == [r.text for r in translator(sentences)]
+    assert reloaded["one"] == translator(sentences[0]).text
+    assert reloaded["beam"] == [
+        r.text for r in translator(sentences, max_length=30, beam_size=4, alpha=0.6)
+    ]
+
+
+def test_export_needs_a_directory_for_a_translator(translator):
+    with pytest.raises(ValueError, match="export_dir"):
+        export_translator(translator)
+
+
+def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    repo = str(Path(__file__).resolve().parents[1])
+    export_dir = tmp_path / "nb_export"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {repo!r})
+        from transformer.translate import Translator, export_translator
+        translator = Translator.from_run({str(run_dir)!r})
+        export_translator(translator, {str(export_dir)!r})
+        print("exported")
+    """)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = notebook.cells[0].outputs
+    assert any("exported" in output.get("text", "") for output in outputs), outputs
+    reloaded = tf.saved_model.load(str(export_dir))
+    sentence = "o gato come o peixe"
+    assert reloaded(tf.constant(sentence)).numpy().decode() == translator(sentence).text
