@@ -28,6 +28,7 @@ from transformer.masking import (
 from transformer.model import PRESETS, Decoder, Encoder, Transformer, TransformerConfig
 from transformer.positional import PositionalEmbedding, positional_encoding
 from transformer.training import CustomSchedule, MaskedLoss, masked_accuracy, masked_loss
+from transformer.translate import Translator, export_translator
 
 __all__ = [
     "PAD_ID",
@@ -65,4 +66,6 @@ __all__ = [
     "MaskedLoss",
     "masked_loss",
     "masked_accuracy",
+    "Translator",
+    "export_translator",
 ]
