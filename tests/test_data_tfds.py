@@ -10,9 +10,10 @@ from transformer.data.tfds_ted import TED_HRLR_PT_EN, load_ted_hrlr
 
 
 def test_loads_the_three_splits_as_strings_with_mock_data():
-    # mock_data builds random examples from the dataset's own features, so no
-    # download and no prepared data are needed.
-    with tfds.testing.mock_data(num_examples=12):
+    # USE_CODE: mock_data builds random examples from the builder's own feature
+    # description (its Python code in tfds), so neither downloaded data nor the
+    # dataset_info.json metadata files are needed.
+    with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
         corpus = load_ted_hrlr()
     assert corpus.sizes() == {"train": 12, "valid": 12, "test": 12}
     assert corpus.name == TED_HRLR_PT_EN
@@ -30,7 +31,7 @@ def test_mock_data_goes_through_tfds_load_with_the_tutorial_arguments(monkeypatc
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(tfds, "load", spy)
-    with tfds.testing.mock_data(num_examples=3):
+    with tfds.testing.mock_data(num_examples=3, policy=tfds.testing.MockPolicy.USE_CODE):
         load_ted_hrlr(data_dir="/nowhere", download=False)
     ((args, kwargs),) = calls
     assert args == (TED_HRLR_PT_EN,)

@@ -275,3 +275,39 @@ def test_bad_arguments(corpus, tmp_path):
         load_tokenizers(tmp_path / "nowhere")
     with pytest.raises(DataError, match="saved_model.pb"):
         load_tokenizers(tmp_path)
+
+
+TATOEBA_STYLE = [
+    ("Go.", "Vai."),
+    ("Hi.", "Olá."),
+    ("Run!", "Corra!"),
+    ("Who?", "Quem?"),
+    ("I'm OK.", "Eu estou bem."),
+    ("Tom isn't here.", "O Tom não está aqui."),
+    ("Where's the café?", "Onde fica o café?"),
+    ("It's 5 o'clock.", "São 5 horas."),
+    ("Don't touch that!", "Não toque nisso!"),
+    ('She said: "Yes".', 'Ela disse: "Sim".'),
+]
+
+
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_real_text_with_case_accents_and_punctuation(tmp_path, lower_case):
+    from transformer.data.tsv import read_tsv, write_tsv
+
+    path = tmp_path / "por.txt"
+    write_tsv(TATOEBA_STYLE * 3, path)
+    pairs = read_tsv(path, source_column=1, target_column=0)  # Portuguese -> English
+    tokenizers = build_tokenizers(pairs, vocab_size=500, lower_case=lower_case)
+    portuguese = [p for p, _ in pairs[:10]]
+    ids = tokenizers.source.tokenize(tf.constant(portuguese))
+    assert UNK_ID not in ids.flat_values.numpy()
+    back = _texts(tokenizers.source.detokenize(ids))
+    if lower_case:
+        assert back[5] == "o tom nao esta aqui ."
+        assert back == [_bert_normalize(p) for p in portuguese]
+    else:
+        assert back[5] == "O Tom não está aqui ."
+        assert back[9] == 'Ela disse : " Sim " .'
+    english = _texts(tokenizers.target.detokenize(tokenizers.target.tokenize(["It's 5 o'clock."])))
+    assert english == (["it ' s 5 o ' clock ."] if lower_case else ["It ' s 5 o ' clock ."])

@@ -21,6 +21,8 @@ reloaded.source.detokenize(ids)  # [b"o gato preto"]
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import logging
 import os
 import shutil
@@ -29,7 +31,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 
@@ -219,17 +220,11 @@ def word_counts(sentences: Sequence[str], lower_case: bool = True, chunk_size: i
         A `{word: count}` dict.
     """
     splitter = _word_splitter(lower_case)
-    counts: dict[str, int] = {}
+    counts: collections.Counter = collections.Counter()
     for start in range(0, len(sentences), chunk_size):
         chunk = tf.constant(list(sentences[start : start + chunk_size]), dtype=tf.string)
-        words = splitter.tokenize(chunk).flat_values.numpy()
-        if words.size == 0:
-            continue
-        unique, n = np.unique(words, return_counts=True)
-        for word, count in zip(unique.tolist(), n.tolist(), strict=True):
-            word = word.decode("utf-8")
-            counts[word] = counts.get(word, 0) + count
-    return counts
+        counts.update(splitter.tokenize(chunk).flat_values.numpy().tolist())
+    return {word.decode("utf-8"): count for word, count in counts.items()}
 
 
 def _word_splitter(lower_case: bool):
@@ -248,6 +243,7 @@ def build_vocab(
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     lower_case: bool = True,
     learn_params: dict | None = None,
+    counts: dict[str, int] | None = None,
 ) -> list[str]:
     """Learns a WordPiece vocabulary from sentences of one language.
 
@@ -259,11 +255,13 @@ def build_vocab(
         vocab_size: the largest vocabulary wanted, reserved tokens included.
         lower_case: lower-case and strip accents (as the tokenizer will).
         learn_params: extra arguments for `learn_wordpiece_vocab`.
+        counts: the `word_counts` of `sentences`, if already known.
 
     Returns:
         The vocabulary, reserved tokens first (`[PAD]` is id 0).
     """
-    counts = word_counts(sentences, lower_case=lower_case)
+    if counts is None:
+        counts = word_counts(sentences, lower_case=lower_case)
     if not counts:
         raise DataError("Cannot build a vocabulary: the sentences contain no words.")
     return learn_wordpiece_vocab(counts, vocab_size, list(RESERVED_TOKENS), **(learn_params or {}))
@@ -312,8 +310,14 @@ def build_tokenizers(
     started = time.perf_counter()
     sources = [source for source, _ in pairs]
     targets = [target for _, target in pairs]
-    source_vocab = build_vocab(sources, vocab_size, lower_case, learn_params)
-    target_vocab = build_vocab(targets, vocab_size, lower_case, learn_params)
+    # Splitting text into words is TensorFlow work that releases the GIL: the
+    # target side is split in a thread while the source vocabulary is learnt.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        target_counts = pool.submit(word_counts, targets, lower_case)
+        source_vocab = build_vocab(sources, vocab_size, lower_case, learn_params)
+        target_vocab = build_vocab(
+            targets, vocab_size, lower_case, learn_params, counts=target_counts.result()
+        )
 
     keep_alive = None
     if vocab_dir is None:
