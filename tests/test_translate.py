@@ -73,7 +73,7 @@ def test_cached_greedy_equals_naive_loop_on_random_models(seed, end_bias, max_le
 
 
 def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
-    model = random_model(1, end_bias=3.0)
+    model = random_model(1, end_bias=1.5)  # ends after 4, 1, 7, 1 and 3 tokens
     sources = random_sources(1, LENGTHS)
     greedy = compile_greedy_decode(model)
     flags = tf.zeros([len(LENGTHS)], tf.bool)
@@ -419,3 +419,17 @@ def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
     reloaded = tf.saved_model.load(str(export_dir))
     sentence = "o gato come o peixe"
     assert reloaded(tf.constant(sentence)).numpy().decode() == translator(sentence).text
+
+
+def test_cached_decoding_runs_under_mixed_precision():
+    # Float32 is where tokens must match exactly; bfloat16 must decode too.
+    from transformer import Transformer
+
+    model = Transformer(num_layers=2, d_model=32, num_heads=4, dff=64, input_vocab_size=60,
+                        target_vocab_size=50, max_length=32, dtype="mixed_bfloat16")
+    model.build(((None, None), (None, None)))
+    sources = random_sources(0, [5, 3])
+    tokens = cached_greedy_decode(model, sources, 6, force_length=True)
+    assert tokens.dtype == tf.int64 and tokens.shape == (2, 6)
+    beam, scores = beam_search_decode(model, sources, 6, beam_size=2, alpha=0.6)
+    assert beam.shape == (2, 6) and np.isfinite(scores.numpy()).all()
