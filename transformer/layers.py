@@ -13,6 +13,7 @@ from transformer.attention import (
     EncoderDecoderAttention,
     EncoderSelfAttention,
     MaskedDecoderSelfAttention,
+    add_and_layer_norm,
 )
 from transformer.constants import LAYER_NORM_EPSILON
 
@@ -86,7 +87,9 @@ class _LayerBase(keras.layers.Layer):
         self.ffn_layernorm.build(x_shape)
 
     def _ffn_block(self, x, training):
-        return self.ffn_layernorm(x + self.ffn_dropout(self.ffn(x), training=training))
+        return add_and_layer_norm(
+            self.ffn_layernorm, x, self.ffn_dropout(self.ffn(x), training=training)
+        )  # (batch, seq_len, d_model)
 
     def compute_output_shape(self, x_shape, *args, **kwargs):
         return x_shape
