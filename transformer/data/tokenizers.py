@@ -331,9 +331,10 @@ def build_tokenizers(
         SubwordTokenizer(source_path, lower_case=lower_case),
         SubwordTokenizer(target_path, lower_case=lower_case),
     )
-    # A plain Python attribute (not tracked by tf.Module): the temporary
-    # directory is deleted when the tokenizers are.
-    object.__setattr__(tokenizers, "_vocab_tempdir", keep_alive)
+    # Plain Python attributes (not tracked by tf.Module): the temporary
+    # directory is deleted when the last of the tokenizers is.
+    for module in (tokenizers, tokenizers.source, tokenizers.target):
+        object.__setattr__(module, "_vocab_tempdir", keep_alive)
     logger.info(
         "Built tokenizers from %d pairs in %.1f s: %d source and %d target tokens.",
         len(pairs),
