@@ -80,7 +80,7 @@ def trained_run():
     from transformer.training import masked_accuracy, masked_loss
 
     keras.utils.set_random_seed(0)
-    corpus = generate_toy_corpus(seed=0, n_train=2000, n_valid=10, n_test=40)
+    corpus = generate_toy_corpus(seed=0, n_train=1000, n_valid=10, n_test=40)
     tokenizers = build_tokenizers(corpus.train, vocab_size=400)
     model = Transformer(
         num_layers=2, d_model=64, num_heads=4, dff=128,
@@ -92,7 +92,7 @@ def trained_run():
         optimizer=keras.optimizers.Adam(2e-3), loss=masked_loss, metrics=[masked_accuracy]
     )
     batches = make_batches(corpus.train, tokenizers, batch_size=64, max_tokens=40, seed=0)
-    model.fit(batches.repeat(), steps_per_epoch=200, epochs=1, verbose=0)
+    model.fit(batches.repeat(), steps_per_epoch=150, epochs=1, verbose=0)
 
     run_dir = Path(tempfile.mkdtemp(prefix="translate-test-run-"))
     atexit.register(shutil.rmtree, run_dir, ignore_errors=True)

@@ -1,0 +1,286 @@
+"""Decoding speed benchmark (issue #5): cached greedy decoding against the naive loop.
+
+What it measures, in one process, on the `tutorial` preset (4 layers,
+d_model 128, 8 heads, dff 512) with random weights and the tutorial's
+vocabulary sizes (7765 Portuguese, 7010 English word pieces):
+
+1. **Cached vs naive, 64 output tokens.** `compile_greedy_decode` (encoder
+   once, encoder-decoder keys and values projected once, one new token per
+   step through the decoder with a key/value cache, one compiled
+   `tf.while_loop`) against `naive_greedy_decode` (the tutorial's loop: the
+   whole `Transformer((context, output_so_far))`, encoder included, every
+   step). The length is forced (`[END]` ignored) so both do exactly 64 steps.
+   The naive loop is timed compiled the same way (`tf.function` around the
+   same `tf.while_loop`), so the ratio measures the caching, not Python; the
+   full run also times it eagerly, the way the tutorial's `Translator` runs
+   in its notebook. Batch 1 and 32, source sentences of 16 and 64 random
+   tokens. Both must give the same tokens; the script checks.
+2. **Latency against output length** (16, 32, 64, 128 tokens, batch 1,
+   64-token sources) for both, as a plot: the naive loop grows
+   quadratically (step `t` re-reads all `t` tokens), the cached one linearly.
+
+Every timing is the median of `--repeats` runs after a warm-up (tracing)
+run, the methods interleaved so that load from other processes hits both.
+Results go to `bench/results/decode_speed.json` and
+`bench/results/decode_latency.png` (`*_quick.*` with `--quick`).
+
+Commands:
+    python bench/decode_speed.py --quick     # batch 1 and 32 at 64 tokens, ~1-2 min
+    python bench/decode_speed.py             # everything, a few minutes
+    python bench/decode_speed.py --threads 1 # one intra-op thread (less noise on a busy machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from transformer.constants import END_ID, START_ID  # noqa: E402
+from transformer.model import TransformerConfig  # noqa: E402
+from transformer.translate import compile_greedy_decode, naive_greedy_decode  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# The vocabulary sizes of the tutorial's ted_hrlr_translate/pt_to_en tokenizers.
+SOURCE_VOCAB = 7765
+TARGET_VOCAB = 7010
+BAR = 10.0  # the issue's bar: cached at least 10x faster than naive
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer configurations and repeats (64-token sources only, "
+                             "lengths 16-64, no eager loop)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed runs per measurement (default 5, 3 with --quick)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra- and inter-op threads (default: TensorFlow's)")
+    parser.add_argument("--output-tokens", type=int, default=64)
+    return parser.parse_args(argv)
+
+
+def random_sources(batch, length, seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(4, SOURCE_VOCAB, size=(batch, length)).astype(np.int64)
+    tokens[:, 0], tokens[:, -1] = START_ID, END_ID
+    return tf.constant(tokens)
+
+
+def time_interleaved(functions, repeats):
+    """Wall-clock and CPU seconds of each function, calls interleaved; one warm-up each.
+
+    The CPU time is the whole process's (all TensorFlow threads): on a busy
+    machine it varies less than the wall-clock time, which includes waiting
+    for a core.
+    """
+    outputs = {name: fn() for name, fn in functions.items()}  # warm-up (tracing)
+    wall = {name: [] for name in functions}
+    cpu = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - started_cpu)
+    stats = {
+        name: {"median_s": statistics.median(wall[name]), "min_s": min(wall[name]),
+               "cpu_median_s": statistics.median(cpu[name]), "runs_s": wall[name],
+               "cpu_runs_s": cpu[name]}
+        for name in functions
+    }
+    return stats, outputs
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    repeats = args.repeats or (3 if args.quick else 5)
+    tokens_out = args.output_tokens
+    keras.utils.set_random_seed(0)
+    config = TransformerConfig.from_preset("tutorial")
+    model = config.build_model(SOURCE_VOCAB, TARGET_VOCAB)
+    cached_fn = compile_greedy_decode(model)
+    naive_fn = tf.function(
+        lambda tokens, max_length, force, finished: naive_greedy_decode(
+            model, tokens, max_length, force, finished
+        ),
+        input_signature=cached_fn.input_signature,
+        autograph=False,
+    )
+    load_before = os.getloadavg()
+    print(f"tutorial preset: {config}, vocab {SOURCE_VOCAB}/{TARGET_VOCAB}, "
+          f"{os.cpu_count()} CPUs, load average {load_before[0]:.1f}, repeats {repeats}")
+
+    def runner(fn, sources, length):
+        args_ = (sources, tf.constant(length, tf.int32), tf.constant(True),
+                 tf.zeros([sources.shape[0]], tf.bool))
+        return lambda: fn(*args_).numpy()
+
+    # 1. Cached vs naive at `tokens_out` output tokens.
+    source_lengths = [64] if args.quick else [16, 64]
+    table = []
+    for source_length in source_lengths:
+        for batch in (1, 32):
+            sources = random_sources(batch, source_length)
+            stats, outputs = time_interleaved(
+                {"cached": runner(cached_fn, sources, tokens_out),
+                 "naive_compiled": runner(naive_fn, sources, tokens_out)},
+                repeats,
+            )
+            same = bool(np.array_equal(outputs["cached"], outputs["naive_compiled"]))
+            row = {
+                "batch": batch, "source_tokens": source_length, "output_tokens": tokens_out,
+                "cached_s": stats["cached"]["median_s"],
+                "naive_compiled_s": stats["naive_compiled"]["median_s"],
+                "speedup_vs_compiled": stats["naive_compiled"]["median_s"]
+                / stats["cached"]["median_s"],
+                "speedup_vs_compiled_min": stats["naive_compiled"]["min_s"]
+                / stats["cached"]["min_s"],
+                "speedup_vs_compiled_cpu": stats["naive_compiled"]["cpu_median_s"]
+                / stats["cached"]["cpu_median_s"],
+                "same_tokens": same, "runs": stats,
+            }
+            if not args.quick and source_length == 64:
+                eager = runner(lambda *a: naive_greedy_decode(model, *a), sources, tokens_out)
+                eager()  # warm-up
+                started = time.perf_counter()
+                eager()
+                row["naive_eager_s"] = time.perf_counter() - started
+                row["speedup_vs_eager"] = row["naive_eager_s"] / row["cached_s"]
+            table.append(row)
+            eager_text = (f", naive eager {row['naive_eager_s'] * 1000:.0f} ms "
+                          f"({row['speedup_vs_eager']:.0f}x)" if "naive_eager_s" in row else "")
+            print(f"batch {batch:2d}, source {source_length:2d}, {tokens_out} tokens: cached "
+                  f"{row['cached_s'] * 1000:7.1f} ms, naive compiled "
+                  f"{row['naive_compiled_s'] * 1000:7.1f} ms -> "
+                  f"{row['speedup_vs_compiled']:.1f}x (min-based "
+                  f"{row['speedup_vs_compiled_min']:.1f}x, CPU-time "
+                  f"{row['speedup_vs_compiled_cpu']:.1f}x){eager_text}; same tokens: {same}",
+                  flush=True)
+
+    # 2. Latency against output length, batch 1.
+    lengths = [16, 32, 64] if args.quick else [16, 32, 64, 128]
+    sources = random_sources(1, 64)
+    curve = []
+    for length in lengths:
+        stats, outputs = time_interleaved(
+            {"cached": runner(cached_fn, sources, length),
+             "naive_compiled": runner(naive_fn, sources, length)},
+            repeats,
+        )
+        curve.append({
+            "output_tokens": length, "cached_s": stats["cached"]["median_s"],
+            "naive_compiled_s": stats["naive_compiled"]["median_s"],
+            "cached_cpu_s": stats["cached"]["cpu_median_s"],
+            "naive_compiled_cpu_s": stats["naive_compiled"]["cpu_median_s"],
+            "same_tokens": bool(np.array_equal(outputs["cached"],
+                                               outputs["naive_compiled"])),
+        })
+        print(f"batch 1, {length:3d} tokens: cached {curve[-1]['cached_s'] * 1000:7.1f} ms, "
+              f"naive compiled {curve[-1]['naive_compiled_s'] * 1000:7.1f} ms", flush=True)
+
+    tracing = {"cached": cached_fn.experimental_get_tracing_count(),
+               "naive_compiled": naive_fn.experimental_get_tracing_count()}
+    load_after = os.getloadavg()
+    suffix = "_quick" if args.quick else ""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": "python bench/decode_speed.py" + " ".join([""] + (argv or sys.argv[1:])),
+        "preset": "tutorial", "config": config.to_dict(),
+        "vocab": {"source": SOURCE_VOCAB, "target": TARGET_VOCAB},
+        "repeats": repeats, "statistic": "median of repeats after one warm-up run",
+        "threads": args.threads or "tensorflow default",
+        "machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
+                    "load_average_before": load_before, "load_average_after": load_after},
+        "tensorflow": tf.__version__, "keras": keras.__version__,
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
+        "comparison": table, "latency_vs_length": curve, "tracing_count": tracing,
+        "bar": BAR,
+        "passes_bar": all(row["speedup_vs_compiled"] >= BAR for row in table),
+    }
+    json_path = RESULTS / f"decode_speed{suffix}.json"
+    json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot_path = RESULTS / f"decode_latency{suffix}.png"
+    latency_figure(curve, load_before).savefig(plot_path, dpi=110, bbox_inches="tight")
+
+    print(f"\ntraced: cached {tracing['cached']}x, naive {tracing['naive_compiled']}x "
+          f"(once each for every length and batch size); load average "
+          f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
+    print("\n| batch | source tokens | output tokens | cached | naive (compiled) | speedup "
+          "| speedup (CPU time) |" + (" naive (eager) | speedup |" if not args.quick else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if not args.quick else ""))
+    for row in table:
+        line = (f"| {row['batch']} | {row['source_tokens']} | {row['output_tokens']} | "
+                f"{row['cached_s'] * 1000:.0f} ms | {row['naive_compiled_s'] * 1000:.0f} ms | "
+                f"{row['speedup_vs_compiled']:.1f}x | {row['speedup_vs_compiled_cpu']:.1f}x |")
+        if not args.quick:
+            line += (f" {row['naive_eager_s'] * 1000:.0f} ms | {row['speedup_vs_eager']:.0f}x |"
+                     if "naive_eager_s" in row else " - | - |")
+        print(line)
+    verdict = "passes" if result["passes_bar"] else "does NOT pass"
+    print(f"\nThe cached loop {verdict} the {BAR:.0f}x bar against the compiled naive loop "
+          f"in every configuration above.")
+    print(f"wrote {json_path.relative_to(RESULTS.parent.parent)} and "
+          f"{plot_path.relative_to(RESULTS.parent.parent)}")
+    return 0
+
+
+def latency_figure(curve, load):
+    """Latency of both loops against output length, with a quadratic and a linear fit."""
+    lengths = np.array([point["output_tokens"] for point in curve], float)
+    cached = np.array([point["cached_s"] for point in curve]) * 1000
+    naive = np.array([point["naive_compiled_s"] for point in curve]) * 1000
+    figure = Figure(figsize=(9, 4))
+    left, right = figure.subplots(1, 2)
+    dense = np.linspace(0, lengths.max(), 100)
+    # Least-squares fits: the naive loop's step t costs a + b * t (it re-reads
+    # all t tokens), so T steps cost a * T + b * T^2 / 2; a cached step costs
+    # about the same at every t, so T steps cost c + d * T.
+    fits = (
+        (naive, "naive loop (re-runs the model)", "C3", "a T + b T² fit",
+         lambda t: np.stack([t, t * t], axis=1)),
+        (cached, "cached decoding", "C0", "c + d T fit",
+         lambda t: np.stack([np.ones_like(t), t], axis=1)),
+    )
+    for values, label, color, fit_label, basis in fits:
+        left.plot(lengths, values, "o", color=color, label=label)
+        coefficients, *_ = np.linalg.lstsq(basis(lengths), values, rcond=None)
+        left.plot(dense, basis(dense) @ coefficients, "--", color=color, linewidth=1,
+                  label=fit_label)
+    left.set_xlabel("output tokens (forced)")
+    left.set_ylabel("latency per sentence (ms)")
+    left.set_title("Greedy decoding, batch 1, 64-token source")
+    left.legend(fontsize=8)
+    left.set_xlim(0, None)
+    left.set_ylim(0, None)
+    right.plot(lengths, naive / cached, "o-", color="C2")
+    right.axhline(BAR, color="grey", linestyle=":", label=f"{BAR:.0f}x bar")
+    right.set_xlabel("output tokens (forced)")
+    right.set_ylabel("speedup (naive / cached)")
+    right.set_title("Speedup of cached decoding")
+    right.set_ylim(0, None)
+    right.legend(fontsize=8)
+    figure.suptitle(f"tutorial preset, random weights, CPU (load average {load[0]:.1f})",
+                    fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+if __name__ == "__main__":
+    sys.exit(main())
