@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from transformer.rundir import RunDirError
 from transformer.training import (
     CustomSchedule,
     MaskedLoss,
@@ -123,3 +124,273 @@ def test_compiled_model_saves_and_reloads(tmp_path):
     assert reloaded.loss.label_smoothing == pytest.approx(0.1)
     assert int(reloaded.optimizer.iterations) == 2
     np.testing.assert_allclose(reloaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+# --------------------------------------------------------------------------
+# Precision, configuration, evaluation helpers
+# --------------------------------------------------------------------------
+
+
+def test_default_precision_reads_cpu_flags(tmp_path):
+    from transformer.training import cpu_flags, default_precision, explain_default_precision
+
+    assert default_precision({"avx2", "amx_bf16", "amx_tile"}) == "mixed_bfloat16"
+    # AVX-512 BF16 without AMX trains no faster in bfloat16: float32.
+    assert default_precision({"avx512f", "avx512_bf16"}) == "float32"
+    assert default_precision({"avx2", "avx512f"}) == "float32"
+    assert default_precision(set()) == "float32"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512_bf16 amx_bf16\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "sse", "avx512_bf16", "amx_bf16"}
+    assert cpu_flags(tmp_path / "missing") == set()
+    assert explain_default_precision({"amx_bf16"}).startswith("mixed_bfloat16")
+    assert explain_default_precision({"avx512_bf16"}).startswith("float32")
+    assert explain_default_precision(set()).startswith("float32")
+
+
+def test_run_config_round_trip_and_defaults():
+    from transformer.model import PRESETS
+    from transformer.training import CORPUS_DEFAULTS, TOY_DEFAULTS, RunConfig
+
+    config = RunConfig(output_dir="runs/x", batch_size=16)
+    assert (config.preset, config.epochs, config.warmup_steps) == (
+        TOY_DEFAULTS["preset"], TOY_DEFAULTS["epochs"], TOY_DEFAULTS["warmup_steps"])
+    assert config.model == PRESETS["toy"]
+    assert RunConfig.from_dict(config.to_dict()) == config
+    assert config.to_dict()["model"]["d_model"] == PRESETS["toy"].d_model
+    assert str(config.run_dir) == "runs/x"
+    assert str(RunConfig().run_dir) == "runs/toy"
+    real = RunConfig(data="corpora/por.tsv")
+    assert real.preset == CORPUS_DEFAULTS["preset"] and real.epochs == CORPUS_DEFAULTS["epochs"]
+    assert str(real.run_dir) == "runs/por"
+    assert str(RunConfig(dataset="ted_hrlr_translate/pt_to_en").run_dir) == "runs/ted_hrlr_pt_to_en"
+    assert RunConfig().resolved_max_tokens == PRESETS["toy"].max_length
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"preset": "huge"}, "preset"),
+        ({"precision": "float8"}, "precision"),
+        ({"strategy": "tpu"}, "strategy"),
+        ({"dataset": "wmt"}, "dataset"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"label_smoothing": 1.5}, "label_smoothing"),
+        ({"max_tokens": 1000}, "max_tokens"),
+        ({"max_tokens": 1}, "max_tokens"),
+        ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
+        ({"valid": "v.tsv"}, "without `data`"),
+    ],
+)
+def test_run_config_rejects_bad_values(kwargs, match):
+    from transformer.training import RunConfig
+
+    with pytest.raises(ValueError, match=match):
+        RunConfig(**kwargs)
+
+
+def test_for_resume_allows_only_some_changes():
+    from transformer.training import RunConfig
+
+    saved = RunConfig(output_dir="runs/x", epochs=2, steps_per_epoch=10)
+    resumed = saved.for_resume(epochs=5, checkpoint_every=7, d_model=saved.model.d_model)
+    assert (resumed.epochs, resumed.checkpoint_every, resumed.steps_per_epoch) == (5, 7, 10)
+    with pytest.raises(ValueError, match=r"Cannot change `d_model` when resuming.*d_model=64"):
+        saved.for_resume(d_model=32)
+    with pytest.raises(ValueError, match="Cannot change `seed`"):
+        saved.for_resume(seed=3)
+
+
+def test_normalize_text():
+    from transformer.training import normalize_text
+
+    assert normalize_text("The boy's  Café.") == "the boy ' s cafe ."
+    assert normalize_text("the boy ' s cafe .") == "the boy ' s cafe ."
+    assert normalize_text("Não!", lower_case=False) == "Não !"
+
+
+def test_truncate_metrics_csv(tmp_path):
+    from transformer.training import _truncate_metrics_csv
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,loss\n0,3.0\n1,2.0\n2,1.0\n")
+    _truncate_metrics_csv(path, 2)
+    assert path.read_text() == "epoch,loss\n0,3.0\n1,2.0\n"
+    _truncate_metrics_csv(tmp_path / "absent.csv", 0)  # nothing to do
+
+
+def test_stop_on_nan_names_the_step():
+    from transformer.training import StopOnNaN, TrainingError
+
+    class FakeOptimizer:
+        iterations = tf.Variable(42, dtype=tf.int64)
+
+    class FakeModel:
+        optimizer = FakeOptimizer()
+        stop_training = False
+
+    callback = StopOnNaN("runs/x/checkpoints")
+    callback.set_model(FakeModel())
+    callback.on_epoch_begin(3)
+    callback.on_train_batch_end(4, {"loss": 1.5})  # finite: nothing happens
+    with pytest.raises(TrainingError, match=r"nan at step 42 \(epoch 4, batch 5\).*runs/x"):
+        callback.on_train_batch_end(5 - 1, {"loss": float("nan")})
+    assert callback.model.stop_training
+
+
+# --------------------------------------------------------------------------
+# Training through the library: tiny runs
+# --------------------------------------------------------------------------
+
+TINY = {
+    "model": {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "dropout_rate": 0.0,
+              "max_length": 32},
+    "batch_size": 16,
+    "steps_per_epoch": 5,
+    "warmup_steps": 10,
+    "label_smoothing": 0.1,
+    "precision": "float32",
+    "num_examples": 2,
+    "eval_batch_size": 32,
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_tsv(tmp_path_factory):
+    from conftest import write_toy_tsv
+
+    return write_toy_tsv(tmp_path_factory.mktemp("tsv"), n_train=120, n_valid=16, n_test=16)
+
+
+def tiny_config(tsv, output_dir, **changes):
+    from transformer.training import RunConfig
+
+    train_tsv, valid_tsv, test_tsv = tsv
+    settings = {**TINY, **changes}
+    return RunConfig(output_dir=str(output_dir), data=str(train_tsv), valid=str(valid_tsv),
+                     test=str(test_tsv), **settings)
+
+
+def load_weights(run_dir):
+    model = keras.saving.load_model(run_dir / "model.keras")
+    return [w.numpy() for w in model.weights], int(model.optimizer.iterations)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch):
+    """Weights, optimizer state, schedule step, epoch and data order all survive."""
+    from transformer import training
+
+    reference = training.train(tiny_config(tiny_tsv, tmp_path / "ref", epochs=3), verbose=0)
+    assert reference.final_step == 15
+    assert set(reference.history) >= {"loss", "masked_accuracy", "val_loss", "learning_rate"}
+    assert len(reference.history["loss"]) == 3
+
+    # Interrupt at step 8, mid-epoch 2; the last checkpoint is step 6 (every 3).
+    original = training.CheckpointSaver.on_train_batch_end
+
+    def interrupt(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations) == 8:
+            raise Interrupted
+
+    monkeypatch.setattr(training.CheckpointSaver, "on_train_batch_end", interrupt)
+    config = tiny_config(tiny_tsv, tmp_path / "run", epochs=3, checkpoint_every=3)
+    with pytest.raises(Interrupted):
+        training.train(config, verbose=0)
+    monkeypatch.undo()
+    checkpoints = tf.train.get_checkpoint_state(str(tmp_path / "run" / "checkpoints"))
+    assert checkpoints.model_checkpoint_path.endswith("ckpt-6")
+
+    with pytest.raises(RunDirError, match="not empty"):
+        training.train(config, verbose=0)
+    resumed = training.train(config, resume=True, verbose=0)
+    assert (resumed.initial_step, resumed.final_step) == (6, 15)
+    # Epoch 2 was finished (4 steps), then epoch 3 ran: two history rows.
+    assert len(resumed.history["loss"]) == 2
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["0", "1", "2"]
+
+    assert resumed.weights_sha256 == reference.weights_sha256
+    ref_weights, ref_step = load_weights(tmp_path / "ref")
+    run_weights, run_step = load_weights(tmp_path / "run")
+    assert ref_step == run_step == 15
+    for a, b in zip(ref_weights, run_weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_resume_finished_run_can_train_more_epochs(tiny_tsv, tmp_path):
+    from transformer import training
+
+    config = tiny_config(tiny_tsv, tmp_path / "run", epochs=1)
+    first = training.train(config, verbose=0)
+    assert first.final_step == 5
+    saved = training.RunConfig.load(tmp_path / "run")
+    assert saved.steps_per_epoch == 5 and saved.epochs == 1
+    again = training.train(saved, resume=True, verbose=0)  # nothing left to do
+    assert (again.initial_step, again.final_step) == (5, 5)
+    more = training.train(saved.for_resume(epochs=2), resume=True, verbose=0)
+    assert (more.initial_step, more.final_step) == (5, 10)
+    assert training.RunConfig.load(tmp_path / "run").epochs == 2
+    with pytest.raises(ValueError, match="Cannot change `batch_size`"):
+        training.train(
+            tiny_config(tiny_tsv, tmp_path / "run", epochs=3, batch_size=8), resume=True
+        )
+
+
+def test_same_seed_same_run_other_seed_other_run(tiny_tsv, tmp_path, tiny_run):
+    from transformer import training
+
+    first = training.train(tiny_config(tiny_tsv, tmp_path / "a", epochs=1), verbose=0)
+    second = training.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=1), verbose=0)
+    other = training.train(tiny_config(tiny_tsv, tmp_path / "c", epochs=1, seed=1), verbose=0)
+    assert first.weights_sha256 == second.weights_sha256
+    assert other.weights_sha256 != first.weights_sha256
+    for name in ("source_vocab.txt", "target_vocab.txt"):
+        assert (tmp_path / "a" / "tokenizers" / name).read_text() == (
+            tmp_path / "b" / "tokenizers" / name
+        ).read_text()
+
+
+def test_nan_loss_stops_with_the_step(tiny_tsv, tmp_path, monkeypatch):
+    from transformer import training
+
+    models = []
+    original_compile = keras.Model.compile
+    original_call = training.MaskedLoss.call
+
+    def remember(model, *args, **kwargs):
+        models.append(model)
+        return original_compile(model, *args, **kwargs)
+
+    def poisoned(self, y_true, y_pred):
+        # NaN from the 7th update on (the optimizer has made 6 before it).
+        loss = original_call(self, y_true, y_pred)
+        return tf.where(models[-1].optimizer.iterations >= 6, float("nan"), loss)
+
+    monkeypatch.setattr(keras.Model, "compile", remember)
+    monkeypatch.setattr(training.MaskedLoss, "call", poisoned)
+    config = tiny_config(tiny_tsv, tmp_path / "run", epochs=2, checkpoint_every=2)
+    with pytest.raises(training.TrainingError, match=r"at step 7 \(epoch 2, batch 2\)"):
+        training.train(config, verbose=0)
+    latest = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
+    assert latest.endswith("ckpt-6")  # the NaN weights were never saved
+
+
+def test_tiny_run_fixture_is_a_complete_run(tiny_run):
+    from transformer import rundir
+
+    run_dir = rundir.check_run_dir(tiny_run.run_dir)
+    for name in (rundir.CHECKPOINTS_DIR, rundir.METRICS_CSV, rundir.METRICS_JSON, rundir.LOGS_DIR):
+        assert (run_dir / name).exists(), name
+    metrics = rundir.read_json(run_dir / rundir.METRICS_JSON)
+    assert metrics["test"]["bleu_signature"].startswith("nrefs:1|")
+    assert 0 <= metrics["test"]["exact_match"] <= 1
+    assert metrics["weights_sha256"] == tiny_run.weights_sha256
+    config = rundir.read_json(run_dir / rundir.CONFIG_FILE)
+    assert config["input_vocab_size"] > 4 and config["model"]["d_model"] == 32
+    # The model learnt something in its few steps.
+    assert tiny_run.evaluation.masked_accuracy > 0.5

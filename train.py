@@ -1,0 +1,304 @@
+#!/usr/bin/env python
+"""Train a Transformer translator (Vaswani et al., 2017) from the command line.
+
+With no arguments it trains the `toy` model on the generated toy
+Portuguese-to-English corpus (offline, a few minutes on a laptop CPU),
+evaluates it on the toy test split and writes everything to runs/toy/.
+
+    python train.py
+    python train.py --data pairs.tsv --preset tutorial --epochs 20
+    python train.py --output-dir runs/toy --resume      # after an interruption
+    python translate.py --run runs/toy "o gato preto come o peixe"
+
+This file only parses the options; the work is `transformer.training.train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # hide the C++ logs of TensorFlow (its errors raise in Python)
+
+PROG = "train.py"
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _rate(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# Option name -> RunConfig field, where they differ.
+_FIELD = {"dropout": "dropout_rate", "examples": "num_examples"}
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """The option parser; with `suppress_defaults`, only given options appear."""
+    from transformer.distribute import STRATEGIES
+    from transformer.model import PRESETS
+    from transformer.training import (
+        CORPUS_DEFAULTS,
+        DATASETS,
+        PRECISIONS,
+        TOY_DEFAULTS,
+        RunConfig,
+        default_precision,
+        explain_default_precision,
+    )
+
+    d = RunConfig()  # the defaults, in one place
+    toy, tutorial = PRESETS["toy"], PRESETS["tutorial"]
+
+    def default(value):
+        return argparse.SUPPRESS if suppress_defaults else value
+
+    parser = _Parser(
+        prog=PROG,
+        description="Train a Transformer translator (Vaswani et al., 2017). With no "
+        "arguments: the toy Portuguese-to-English corpus and the `toy` model, evaluated on "
+        "the toy test split, written to runs/toy/.",
+        epilog="Multi-worker: start the same command on every machine with "
+        "--strategy multi-worker and a TF_CONFIG naming all workers and this one's index; "
+        "worker 0 writes the run directory.",
+        argument_default=argparse.SUPPRESS if suppress_defaults else None,
+    )
+
+    group = parser.add_argument_group("data")
+    group.add_argument("--dataset", choices=DATASETS, default=default(d.dataset),
+                       help=f"corpus when no --data is given (default: {d.dataset}, generated "
+                       "offline; ted_hrlr_translate/pt_to_en is the tutorial's, via TFDS)")
+    group.add_argument("--data", metavar="FILE.tsv", default=default(None),
+                       help="train on tab-separated sentence pairs (default: none)")
+    group.add_argument("--valid", metavar="FILE.tsv", default=default(None),
+                       help="validation pairs (default: split off --data)")
+    group.add_argument("--test", metavar="FILE.tsv", default=default(None),
+                       help="test pairs (default: split off --data)")
+    group.add_argument("--source-column", type=_non_negative_int, metavar="N",
+                       default=default(d.source_column),
+                       help=f"TSV column of the source sentence, from 0 (default: {d.source_column})")
+    group.add_argument("--target-column", type=_non_negative_int, metavar="N",
+                       default=default(d.target_column),
+                       help=f"TSV column of the target sentence (default: {d.target_column})")
+    group.add_argument("--skip-bad-lines", action="store_true", default=default(False),
+                       help="skip malformed TSV lines instead of stopping (default: stop)")
+    group.add_argument("--download", action="store_true", default=default(False),
+                       help="let TFDS download --dataset ted_hrlr_translate/pt_to_en if it is "
+                       "not on disk (default: never download)")
+    group.add_argument("--tfds-data-dir", metavar="DIR", default=default(None),
+                       help="TFDS data directory (default: TFDS' own, ~/tensorflow_datasets)")
+    group.add_argument("--max-tokens", type=_positive_int, metavar="N", default=default(None),
+                       help="longest sentence in tokens; longer ones are trimmed, keeping [END] "
+                       f"(default: the model's max_length, {toy.max_length} for toy, "
+                       f"{tutorial.max_length} for tutorial)")
+    group.add_argument("--vocab-size", type=_positive_int, metavar="N",
+                       default=default(d.vocab_size),
+                       help=f"largest subword vocabulary per language (default: {d.vocab_size})")
+
+    group = parser.add_argument_group("model (--num-layers etc. override the preset)")
+    group.add_argument("--preset", choices=sorted(PRESETS), default=default(None),
+                       help=f"model size (default: {TOY_DEFAULTS['preset']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['preset']} otherwise; toy: "
+                       + ", ".join(f"{k}={v}" for k, v in toy.to_dict().items())
+                       + "; tutorial: "
+                       + ", ".join(f"{k}={v}" for k, v in tutorial.to_dict().items()) + ")")
+    for option, field in (("--num-layers", "num_layers"), ("--d-model", "d_model"),
+                          ("--num-heads", "num_heads"), ("--dff", "dff")):
+        group.add_argument(option, type=_positive_int, metavar="N", default=default(None),
+                           help=f"(default: the preset's, {getattr(toy, field)} for toy, "
+                           f"{getattr(tutorial, field)} for tutorial)")
+    group.add_argument("--dropout", type=_rate, metavar="RATE", default=default(None),
+                       help=f"dropout rate (default: the preset's, {toy.dropout_rate} for toy, "
+                       f"{tutorial.dropout_rate} for tutorial)")
+
+    group = parser.add_argument_group("training")
+    group.add_argument("--batch-size", type=_positive_int, metavar="N",
+                       default=default(d.batch_size),
+                       help=f"sentence pairs per step, over all devices (default: {d.batch_size})")
+    group.add_argument("--epochs", type=_positive_int, metavar="N", default=default(None),
+                       help="epochs to train; may grow on --resume (default: "
+                       f"{TOY_DEFAULTS['epochs']} for the toy corpus, {CORPUS_DEFAULTS['epochs']} "
+                       "otherwise)")
+    group.add_argument("--steps-per-epoch", type=_positive_int, metavar="N",
+                       default=default(d.steps_per_epoch),
+                       help="updates per epoch (default: "
+                       + (str(d.steps_per_epoch) if d.steps_per_epoch else
+                          "one pass over the training pairs") + ")")
+    group.add_argument("--warmup-steps", type=_positive_int, metavar="N",
+                       default=default(None),
+                       help="learning-rate warm-up of the paper's schedule (default: "
+                       f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper)")
+    group.add_argument("--label-smoothing", type=_rate, metavar="EPS",
+                       default=default(d.label_smoothing),
+                       help=f"label smoothing, 0 for none (default: {d.label_smoothing})")
+    group.add_argument("--seed", type=_non_negative_int, metavar="N", default=default(d.seed),
+                       help="fixes corpus, tokenizers, initial weights and data order "
+                       f"(default: {d.seed})")
+    group.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
+                       default=default(d.checkpoint_every),
+                       help="save the training state every N steps, and after every epoch "
+                       f"(default: {d.checkpoint_every})")
+
+    group = parser.add_argument_group("run")
+    group.add_argument("--output-dir", metavar="DIR", default=default(None),
+                       help="run directory (default: runs/<name>: runs/toy, runs/ted_hrlr_pt_to_en, "
+                       "or runs/<stem of --data>); must be empty unless --resume")
+    group.add_argument("--resume", action="store_true", default=default(False),
+                       help="continue the run in --output-dir from its last checkpoint, with "
+                       "its saved settings (only --epochs, --checkpoint-every and the "
+                       "performance and scale options may change)")
+    group.add_argument("--examples", type=_non_negative_int, metavar="N",
+                       default=default(d.num_examples),
+                       help=f"example translations to print (default: {d.num_examples})")
+
+    group = parser.add_argument_group("performance")
+    group.add_argument("--precision", choices=PRECISIONS, default=default(default_precision()),
+                       help=f"dtype policy (default: {explain_default_precision()}; the "
+                       "default is mixed_bfloat16 on CPUs with AMX bfloat16, float32 elsewhere)")
+    group.add_argument("--jit-compile", action="store_true", default=default(False),
+                       help="compile the train step with XLA; it recompiles for every new "
+                       "batch shape, which is slow with variable sentence lengths (default: off)")
+
+    group = parser.add_argument_group("scale")
+    group.add_argument("--strategy", choices=STRATEGIES, default=default(d.strategy),
+                       help="default: one device; mirrored: all GPUs (or --cpu-devices) of "
+                       "this machine; multi-worker: several machines, from TF_CONFIG "
+                       f"(default: {d.strategy})")
+    group.add_argument("--cpu-devices", type=_positive_int, metavar="N", default=default(None),
+                       help="split the CPU into N logical devices, to try --strategy mirrored "
+                       "without GPUs (default: 1)")
+    return parser
+
+
+def _config_from_args(args, explicit):
+    from transformer.model import TransformerConfig
+    from transformer.training import RunConfig, dataset_defaults
+
+    values = {_FIELD.get(k, k): v for k, v in vars(args).items() if k != "resume"}
+    if values["preset"] is None:
+        values["preset"] = dataset_defaults(values["dataset"], values["data"])["preset"]
+    model_keys = ("num_layers", "d_model", "num_heads", "dff", "dropout_rate")
+    model = TransformerConfig.from_preset(
+        values["preset"], **{key: values.pop(key) for key in model_keys}
+    )
+    config = RunConfig(model=model, **values)
+    if not args.resume:
+        return config
+    from transformer import rundir
+
+    if not (config.run_dir / rundir.CONFIG_FILE).is_file():
+        return config  # nothing saved yet: train() starts the run
+    changes = {_FIELD.get(k, k): v for k, v in vars(explicit).items() if k != "resume"}
+    return RunConfig.load(config.run_dir).for_resume(**changes)
+
+
+def _print_result(result):
+    evaluation = result.evaluation
+    if evaluation is not None:
+        print(
+            f"Test split ({evaluation.num_sentences} pairs): masked token accuracy "
+            f"{100 * evaluation.masked_accuracy:.2f}%, exact match "
+            f"{100 * evaluation.exact_match:.2f}%, BLEU {evaluation.bleu:.2f}"
+        )
+        print(f"BLEU signature: {evaluation.bleu_signature} (on normalized text)")
+    if result.examples:
+        print("Examples:")
+        for source, reference, translation in result.examples:
+            mark = "" if translation.strip() else " (empty)"
+            print(f"  source:      {source}")
+            print(f"  reference:   {reference}")
+            print(f"  translation: {translation}{mark}")
+    print(f"Run directory: {result.run_dir}")
+    print(f'Translate with: python translate.py --run {result.run_dir} "<sentence>"')
+
+
+def _import_tensorflow_quietly():
+    """Imports TensorFlow with its C++ start-up messages (oneDNN, CUDA probing) hidden.
+
+    They are written to the stderr file descriptor before TensorFlow reads any
+    log-level setting, so the descriptor is pointed at /dev/null meanwhile.
+    Python errors are raised after it is restored.
+    """
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        import keras  # noqa: F401
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+
+        tf.config.list_physical_devices()  # probes for GPUs; devices stay configurable
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _import_tensorflow_quietly()
+    args = build_parser().parse_args(argv)
+    explicit = build_parser(suppress_defaults=True).parse_args(argv)
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package_logger = logging.getLogger("transformer")
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False
+
+    import tensorflow as tf
+
+    from transformer.training import TrainingError, train
+
+    try:
+        config = _config_from_args(args, explicit)
+        result = train(config, resume=args.resume)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; continue with --resume.", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, TrainingError, tf.errors.OpError) as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    if result.is_chief:
+        _print_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Distribution strategies for training: one device, several devices, several machines.
+
+- `default`: TensorFlow's default strategy (one device).
+- `mirrored`: `tf.distribute.MirroredStrategy`, synchronous data parallelism over
+  the GPUs of this machine, or over its logical CPU devices when there is no GPU
+  (see `cpu_devices`, mostly useful for testing).
+- `multi-worker`: `tf.distribute.MultiWorkerMirroredStrategy`, synchronous data
+  parallelism over several processes or machines, described by the `TF_CONFIG`
+  environment variable (https://www.tensorflow.org/guide/distributed_training).
+
+Every worker of a multi-worker run computes the same updates; only the chief
+(worker 0, or the task of type "chief") writes the run directory. The others
+write their checkpoints to a temporary directory, as TensorFlow's guide asks,
+because saving is a collective step every worker takes part in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import tensorflow as tf
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES = ("default", "mirrored", "multi-worker")
+
+
+def configure_cpu_devices(count: int | None) -> None:
+    """Splits the first physical CPU into `count` logical devices.
+
+    Must run before TensorFlow creates its devices (before any tensor op).
+    Lets `mirrored` run on a machine without GPUs, e.g. in tests.
+    """
+    if not count or count == 1:
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(
+            "Received an invalid value for argument `cpu_devices`, expected a positive "
+            f"integer. Received: cpu_devices={count!r}"
+        )
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+        )
+    except RuntimeError as err:  # devices already initialized
+        existing = len(tf.config.list_logical_devices("CPU"))
+        if existing != count:
+            raise RuntimeError(
+                f"Cannot split the CPU into {count} logical devices: TensorFlow has already "
+                f"created {existing}. Set the devices before running any TensorFlow op."
+            ) from err
+
+
+def parse_tf_config() -> dict | None:
+    """The parsed `TF_CONFIG`, or None when it is not set; a ValueError when malformed."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    try:
+        tf_config = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"The TF_CONFIG environment variable is not valid JSON: {err}") from err
+    if not isinstance(tf_config, dict) or "cluster" not in tf_config or "task" not in tf_config:
+        raise ValueError(
+            'TF_CONFIG must be a JSON object with "cluster" and "task", e.g. '
+            '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+            '"task": {"type": "worker", "index": 0}}.'
+        )
+    return tf_config
+
+
+def make_strategy(name: str = "default", cpu_devices: int | None = None) -> tf.distribute.Strategy:
+    """The `tf.distribute.Strategy` called `name`; see the module docstring.
+
+    Create it first thing in the process: `multi-worker` and `cpu_devices` must
+    act before TensorFlow initializes its runtime.
+
+    Args:
+        name: one of `STRATEGIES`.
+        cpu_devices: split the CPU into this many logical devices (for `mirrored`
+            on a machine without GPUs).
+
+    Returns:
+        The strategy.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(
+            f"Received an invalid value for argument `strategy`, expected one of "
+            f"{list(STRATEGIES)}. Received: strategy={name!r}"
+        )
+    if name == "multi-worker":
+        tf_config = parse_tf_config()
+        if tf_config is None:
+            raise ValueError(
+                "--strategy multi-worker needs the TF_CONFIG environment variable, which "
+                "lists the workers and names this one, e.g. "
+                'TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                '"task": {"type": "worker", "index": 0}}\'.'
+            )
+        configure_cpu_devices(cpu_devices)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        logger.info(
+            "Multi-worker training: %d workers, %d replicas in sync; this is %s %d.",
+            len(tf_config["cluster"].get("worker", [])) + len(tf_config["cluster"].get("chief", [])),
+            strategy.num_replicas_in_sync,
+            tf_config["task"].get("type"),
+            tf_config["task"].get("index", 0),
+        )
+        return strategy
+    configure_cpu_devices(cpu_devices)
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        cross_device_ops = None if gpus else tf.distribute.ReductionToOneDevice()
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops)
+        logger.info("Mirrored training on %d devices: %s", len(devices), ", ".join(devices))
+        return strategy
+    return tf.distribute.get_strategy()
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run directory: always, except on the
+    non-chief workers of a multi-worker run."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type == "chief":
+        return True
+    if task_type == "worker":
+        cluster = resolver.cluster_spec().as_dict()
+        return "chief" not in cluster and task_id == 0
+    return False
+
+
+def worker_name(strategy: tf.distribute.Strategy) -> str:
+    """`"worker 1"` and the like for logs; `"chief"` for the process that writes."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return "chief"
+    return f"{resolver.task_type} {resolver.task_id}"
