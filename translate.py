@@ -69,7 +69,10 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", action="store_true",
                         help="keep TensorFlow's own start-up and device messages on "
                              "standard error (hidden by default)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.layer is not None and args.plot is None:
+        parser.error("--layer chooses what --plot draws; add --plot FILE.png")
+    return args
 
 
 def _layer_name(layer, num_layers):

@@ -112,6 +112,7 @@ def test_bad_layer_is_a_one_line_error(run_dir, tmp_path):
     (["--beam", "0"], "--beam"),
     (["--alpha", "-1"], "--alpha"),
     (["--max-length", "x"], "--max-length"),
+    (["--layer", "1"], "--plot"),
 ])
 def test_bad_options_are_usage_errors(args, needle, tmp_path):
     done = _run(["--run", "runs/x", "o gato", *args], tmp_path)
