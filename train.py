@@ -64,6 +64,8 @@ class _Parser(argparse.ArgumentParser):
 
 # Option name -> RunConfig field, where they differ.
 _FIELD = {"dropout": "dropout_rate", "examples": "num_examples"}
+# Options that are not settings of the run.
+_NOT_CONFIG = ("resume", "no_export")
 
 
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
@@ -181,6 +183,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help="continue the run in --output-dir from its last checkpoint, with "
                        "its saved settings (only --epochs, --checkpoint-every and the "
                        "performance and scale options may change)")
+    group.add_argument("--no-export", action="store_true", default=default(False),
+                       help="do not export the translator to <output-dir>/export (default: "
+                       "export it)")
     group.add_argument("--examples", type=_non_negative_int, metavar="N",
                        default=default(d.num_examples),
                        help=f"example translations to print (default: {d.num_examples})")
@@ -208,7 +213,7 @@ def _config_from_args(args, explicit):
     from transformer.model import TransformerConfig
     from transformer.training import RunConfig, dataset_defaults
 
-    values = {_FIELD.get(k, k): v for k, v in vars(args).items() if k != "resume"}
+    values = {_FIELD.get(k, k): v for k, v in vars(args).items() if k not in _NOT_CONFIG}
     if values["preset"] is None:
         values["preset"] = dataset_defaults(values["dataset"], values["data"])["preset"]
     model_keys = ("num_layers", "d_model", "num_heads", "dff", "dropout_rate")
@@ -222,7 +227,7 @@ def _config_from_args(args, explicit):
 
     if not (config.run_dir / rundir.CONFIG_FILE).is_file():
         return config  # nothing saved yet: train() starts the run
-    changes = {_FIELD.get(k, k): v for k, v in vars(explicit).items() if k != "resume"}
+    changes = {_FIELD.get(k, k): v for k, v in vars(explicit).items() if k not in _NOT_CONFIG}
     return RunConfig.load(config.run_dir).for_resume(**changes)
 
 
@@ -287,7 +292,7 @@ def main(argv=None) -> int:
 
     try:
         config = _config_from_args(args, explicit)
-        result = train(config, resume=args.resume)
+        result = train(config, resume=args.resume, export=not args.no_export)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; continue with --resume.", file=sys.stderr)
         return 130

@@ -280,78 +280,74 @@ class Interrupted(Exception):
     pass
 
 
-def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def reference_run(tiny_tsv, tmp_path_factory):
+    """Three uninterrupted epochs of the tiny settings, seed 0."""
+    from transformer import training
+
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    return training.train(tiny_config(tiny_tsv, run_dir, epochs=3), verbose=0, export=False)
+
+
+def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, reference_run):
     """Weights, optimizer state, schedule step, epoch and data order all survive."""
     from transformer import training
 
-    reference = training.train(tiny_config(tiny_tsv, tmp_path / "ref", epochs=3), verbose=0)
-    assert reference.final_step == 15
-    assert set(reference.history) >= {"loss", "masked_accuracy", "val_loss", "learning_rate"}
-    assert len(reference.history["loss"]) == 3
+    assert reference_run.final_step == 15
+    assert set(reference_run.history) >= {"loss", "masked_accuracy", "val_loss", "learning_rate"}
+    assert len(reference_run.history["loss"]) == 3
 
     # Interrupt at step 8, mid-epoch 2; the last checkpoint is step 6 (every 3).
     original = training.CheckpointSaver.on_train_batch_end
 
     def interrupt(self, batch, logs=None):
         original(self, batch, logs)
-        if int(self.model.optimizer.iterations) == 8:
+        if training.optimizer_step(self.model.optimizer) == 8:
             raise Interrupted
 
     monkeypatch.setattr(training.CheckpointSaver, "on_train_batch_end", interrupt)
     config = tiny_config(tiny_tsv, tmp_path / "run", epochs=3, checkpoint_every=3)
     with pytest.raises(Interrupted):
-        training.train(config, verbose=0)
+        training.train(config, verbose=0, export=False)
     monkeypatch.undo()
     checkpoints = tf.train.get_checkpoint_state(str(tmp_path / "run" / "checkpoints"))
     assert checkpoints.model_checkpoint_path.endswith("ckpt-6")
 
     with pytest.raises(RunDirError, match="not empty"):
         training.train(config, verbose=0)
-    resumed = training.train(config, resume=True, verbose=0)
+    resumed = training.train(config, resume=True, verbose=0, export=False)
     assert (resumed.initial_step, resumed.final_step) == (6, 15)
     # Epoch 2 was finished (4 steps), then epoch 3 ran: two history rows.
     assert len(resumed.history["loss"]) == 2
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in rows[1:]] == ["0", "1", "2"]
 
-    assert resumed.weights_sha256 == reference.weights_sha256
-    ref_weights, ref_step = load_weights(tmp_path / "ref")
+    assert resumed.weights_sha256 == reference_run.weights_sha256
+    ref_weights, ref_step = load_weights(reference_run.run_dir)
     run_weights, run_step = load_weights(tmp_path / "run")
     assert ref_step == run_step == 15
     for a, b in zip(ref_weights, run_weights, strict=True):
         np.testing.assert_array_equal(a, b)
 
+    # A finished run resumes to nothing, and is evaluated again.
+    again = training.train(training.RunConfig.load(tmp_path / "run"), resume=True, verbose=0,
+                           export=False)
+    assert (again.initial_step, again.final_step) == (15, 15)
+    assert again.evaluation.exact_match == resumed.evaluation.exact_match
 
-def test_resume_finished_run_can_train_more_epochs(tiny_tsv, tmp_path):
+
+def test_same_seed_same_run_other_seed_other_run(tiny_tsv, tmp_path, reference_run):
     from transformer import training
 
-    config = tiny_config(tiny_tsv, tmp_path / "run", epochs=1)
-    first = training.train(config, verbose=0)
-    assert first.final_step == 5
-    saved = training.RunConfig.load(tmp_path / "run")
-    assert saved.steps_per_epoch == 5 and saved.epochs == 1
-    again = training.train(saved, resume=True, verbose=0)  # nothing left to do
-    assert (again.initial_step, again.final_step) == (5, 5)
-    more = training.train(saved.for_resume(epochs=2), resume=True, verbose=0)
-    assert (more.initial_step, more.final_step) == (5, 10)
-    assert training.RunConfig.load(tmp_path / "run").epochs == 2
-    with pytest.raises(ValueError, match="Cannot change `batch_size`"):
-        training.train(
-            tiny_config(tiny_tsv, tmp_path / "run", epochs=3, batch_size=8), resume=True
-        )
-
-
-def test_same_seed_same_run_other_seed_other_run(tiny_tsv, tmp_path, tiny_run):
-    from transformer import training
-
-    first = training.train(tiny_config(tiny_tsv, tmp_path / "a", epochs=1), verbose=0)
-    second = training.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=1), verbose=0)
-    other = training.train(tiny_config(tiny_tsv, tmp_path / "c", epochs=1, seed=1), verbose=0)
-    assert first.weights_sha256 == second.weights_sha256
-    assert other.weights_sha256 != first.weights_sha256
+    same = training.train(tiny_config(tiny_tsv, tmp_path / "a", epochs=3), verbose=0,
+                          export=False)
+    other = training.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=3, seed=1), verbose=0,
+                           export=False)
+    assert same.weights_sha256 == reference_run.weights_sha256
+    assert other.weights_sha256 != reference_run.weights_sha256
     for name in ("source_vocab.txt", "target_vocab.txt"):
         assert (tmp_path / "a" / "tokenizers" / name).read_text() == (
-            tmp_path / "b" / "tokenizers" / name
+            reference_run.run_dir / "tokenizers" / name
         ).read_text()
 
 
@@ -394,3 +390,8 @@ def test_tiny_run_fixture_is_a_complete_run(tiny_run):
     assert config["input_vocab_size"] > 4 and config["model"]["d_model"] == 32
     # The model learnt something in its few steps.
     assert tiny_run.evaluation.masked_accuracy > 0.5
+    # translate.py's loader needs nothing else.
+    from transformer.translate import Translator
+
+    translation = Translator.from_run(run_dir)(tiny_run.examples[0][0], return_attention=False)
+    assert translation.text == tiny_run.examples[0][2]

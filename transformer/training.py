@@ -7,6 +7,7 @@ tokens only (DESIGN.md, decision 2).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -153,6 +154,10 @@ keras.saving.register_keras_serializable(package="transformer", name="masked_los
 class MaskedLoss(keras.losses.Loss):
     """`masked_loss` as a `keras.losses.Loss`, with its label smoothing stored.
 
+    Use it rather than the plain function with a `tf.distribute` strategy:
+    Keras scales a loss by the number of replicas only when it reduces the
+    loss itself, which it does for this class.
+
     Args:
         label_smoothing: `eps` in [0, 1); 0.1 in the paper (section 5.4).
 
@@ -168,8 +173,16 @@ class MaskedLoss(keras.losses.Loss):
         self.label_smoothing = _check_label_smoothing(label_smoothing)
 
     def call(self, y_true, y_pred):
-        # A scalar: Keras' reduction of a scalar leaves it unchanged.
-        return masked_loss(y_true, y_pred, self.label_smoothing)
+        # Keras sums what `call` returns and divides by its size (and, under a
+        # tf.distribute strategy, by the number of replicas: it leaves a scalar
+        # alone, so the plain `masked_loss` would count every replica's loss in
+        # full). Weighting each real token by size / real tokens turns that
+        # reduction into the mean over the real tokens.
+        label = tf.cast(y_true, tf.int32)  # (batch, target_len)
+        loss = _token_losses(label, y_pred, self.label_smoothing)  # (batch, target_len)
+        mask = tf.cast(tf.not_equal(label, PAD_ID), loss.dtype)
+        size = tf.cast(tf.size(mask), loss.dtype)
+        return loss * mask * tf.math.divide_no_nan(size, tf.reduce_sum(mask))
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing}
@@ -557,13 +570,19 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. the loss became NaN); the message says why and where."""
 
 
+def optimizer_step(optimizer) -> int:
+    """The optimizer's `iterations` (updates applied) as an int, also when the
+    variable is mirrored by a distribution strategy."""
+    return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+
 def _current_learning_rate(optimizer) -> float:
     """The learning rate of the update just applied (`iterations` has moved past it)."""
     schedule = getattr(optimizer, "_learning_rate", None)
     inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
     if inner is not None:
         schedule = getattr(inner, "_learning_rate", schedule)
-    step = max(int(optimizer.iterations) - 1, 0)
+    step = max(optimizer_step(optimizer) - 1, 0)
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
         return float(schedule(step))
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
@@ -601,7 +620,7 @@ class StopOnNaN(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is None or math.isfinite(float(loss)):
             return
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model.optimizer)
         self.model.stop_training = True
         where = f" The last good checkpoint is in {self.checkpoint_dir}." if self.checkpoint_dir else ""
         raise TrainingError(
@@ -632,13 +651,13 @@ class CheckpointSaver(keras.callbacks.Callback):
         self.last_saved = None
 
     def _save(self):
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model.optimizer)
         if step != self.last_saved:
             self.manager.save(checkpoint_number=step)
             self.last_saved = step
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations) % self.every == 0:
+        if optimizer_step(self.model.optimizer) % self.every == 0:
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -668,7 +687,7 @@ class ScalarSummaries(keras.callbacks.Callback):
         return self._writers[name]
 
     def on_epoch_end(self, epoch, logs=None):
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model.optimizer)
         for key, value in (logs or {}).items():
             name, tag = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
             with self._writer(name).as_default():
@@ -707,7 +726,7 @@ class EpochSummary(keras.callbacks.Callback):
         logs = logs or {}
         parts = [
             f"Epoch {epoch + 1}/{self.epochs}",
-            f"step {int(self.model.optimizer.iterations)}",
+            f"step {optimizer_step(self.model.optimizer)}",
             f"{time.perf_counter() - self._started:.0f} s",
         ]
         for key in ("loss", "masked_accuracy", "val_loss", "val_masked_accuracy"):
@@ -1004,6 +1023,49 @@ def _resolve_verbose(verbose) -> int:
     return int(verbose)
 
 
+@contextlib.contextmanager
+def _multi_worker_fit_workaround(model, strategy, tokenized):
+    """Lets `model.fit` run under `MultiWorkerMirroredStrategy` (Keras 3.15).
+
+    Keras' TensorFlow trainer trips over this strategy twice, and both are
+    side-stepped here, for the duration of a `fit` call only:
+
+    - Before the first step it reduces the first distributed batch with
+      `strategy.reduce` to learn the input shapes, which this strategy cannot
+      do for a nested `(x, y)` batch. The shapes only serve to build the
+      metrics and the loss, so they are built from a local batch instead.
+    - After every step it averages the metrics over the replicas with
+      `strategy.reduce("MEAN", value, axis=0)`, which fails on scalars. The
+      train and test steps return them as vectors of one value instead.
+
+    Other strategies are left alone.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        yield
+        return
+    from transformer.data.batching import batches_from_tokens
+
+    sample = next(iter(batches_from_tokens(tokenized, 2, shuffle=False)))
+    model_class = type(model)
+
+    def build_from_local_batch(iterator=None, data_batch=None):
+        with strategy.scope():
+            model._symbolic_build(data_batch=sample if data_batch is None else data_batch)
+
+    def as_vectors(logs):
+        return tf.nest.map_structure(
+            lambda v: tf.reshape(v, [1]) if v.shape.rank == 0 else v, logs
+        )
+
+    model._maybe_symbolic_build = build_from_local_batch
+    model.train_step = lambda data: as_vectors(model_class.train_step(model, data))
+    model.test_step = lambda data: as_vectors(model_class.test_step(model, data))
+    try:
+        yield
+    finally:
+        del model._maybe_symbolic_build, model.train_step, model.test_step
+
+
 def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) -> TrainResult:
     """Trains a translator as `train.py` does: data, tokenizers, model, fit,
     checkpoints, evaluation and the run directory.
@@ -1067,7 +1129,6 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     if not chief:
         logger.info("%s writes its copies to %s (deleted at the end).",
                     worker_name(strategy).capitalize(), write_dir)
-    write_dir.mkdir(parents=True, exist_ok=True)
     previous_policy = keras.mixed_precision.global_policy()
     try:
         keras.mixed_precision.set_global_policy(config.precision)
@@ -1088,6 +1149,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         )
         logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                     len(corpus.train), len(corpus.valid), len(corpus.test))
+        write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
         tokenizers_dir = run_dir / rundir.TOKENIZERS_DIR
         if saved is not None and tokenizers_dir.is_dir():
             tokenizers = load_tokenizers(tokenizers_dir)
@@ -1147,7 +1209,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
             latest = tf.train.latest_checkpoint(str(run_dir / rundir.CHECKPOINTS_DIR))
             if latest:
                 checkpoint.restore(latest).assert_existing_objects_matched()
-        initial_step = int(model.optimizer.iterations)
+        initial_step = optimizer_step(model.optimizer)
         total_steps = config.epochs * steps_per_epoch
         logger.info(
             "Model: %s, %s parameters, %s precision; %d steps per epoch of %d pairs.",
@@ -1180,14 +1242,15 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         history: dict[str, list[float]] = {}
 
         def fit(first_epoch, last_epoch, steps, start_step):
-            fitted = model.fit(
-                train_stream(start_step),
-                initial_epoch=first_epoch,
-                epochs=last_epoch,
-                steps_per_epoch=steps,
-                shuffle=False,  # the stream is shuffled, seeded, by batches_from_tokens
-                **fit_args,
-            )
+            with _multi_worker_fit_workaround(model, strategy, train_tokens):
+                fitted = model.fit(
+                    train_stream(start_step),
+                    initial_epoch=first_epoch,
+                    epochs=last_epoch,
+                    steps_per_epoch=steps,
+                    shuffle=False,  # the stream is shuffled, seeded, by batches_from_tokens
+                    **fit_args,
+                )
             for key, values in fitted.history.items():
                 history.setdefault(key, []).extend(float(v) for v in values)
 
@@ -1203,11 +1266,12 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
                 epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
             if epoch < config.epochs:
                 fit(epoch, config.epochs, steps_per_epoch, step)
-        final_step = int(model.optimizer.iterations)
+        final_step = optimizer_step(model.optimizer)
         if final_step > initial_step:
             logger.info("Trained %d steps in %.0f s.", final_step - initial_step,
                         time.perf_counter() - train_started)
         fingerprint = weights_fingerprint(model)
+        logger.info("Weights after step %d: sha256 %s", final_step, fingerprint)
         _save_model_atomic(model, write_dir / rundir.MODEL_FILE)
 
         evaluation, examples, export_dir = None, [], None

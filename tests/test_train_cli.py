@@ -1,0 +1,223 @@
+"""train.py as a user runs it: a subprocess on tiny settings.
+
+Covers the run directory, refusal of a non-empty one, SIGKILL mid-epoch and
+--resume, one-line errors, and the mirrored and multi-worker strategies.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = str(REPO / "train.py")
+TIMEOUT = 300
+
+TINY = [
+    "--preset", "toy", "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
+    "--dff", "32", "--dropout", "0", "--batch-size", "16", "--steps-per-epoch", "5",
+    "--warmup-steps", "10", "--precision", "float32", "--examples", "2",
+]
+
+
+@pytest.fixture(scope="module")
+def data_args(tmp_path_factory):
+    from conftest import write_toy_tsv
+
+    train, valid, test = write_toy_tsv(tmp_path_factory.mktemp("cli_tsv"), n_train=200)
+    return ["--data", str(train), "--valid", str(valid), "--test", str(test)]
+
+
+def run_train(*args, env=None, code=None):
+    """Runs train.py (or `code`, which runs it after a patch) and returns the result."""
+    command = [sys.executable, "-c", code, *args] if code else [sys.executable, TRAIN, *args]
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        command, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+
+
+def weights_digest(stdout):
+    found = re.findall(r"Weights after step (\d+): sha256 ([0-9a-f]{64})", stdout)
+    assert found, stdout
+    step, digest = found[-1]
+    return int(step), digest
+
+
+def assert_one_line_error(result, returncode, *fragments):
+    assert result.returncode == returncode, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("train.py: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, tmp_path):
+    out = tmp_path / "run"
+    result = run_train(*TINY, *data_args, "--epochs", "2", "--output-dir", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    stdout = result.stdout
+    for text in ("Epoch 1/2 - step 5", "Epoch 2/2 - step 10", "learning_rate",
+                 "exact match", "BLEU signature: nrefs:1|", "Examples:", "Run directory"):
+        assert text in stdout, stdout
+    assert len(stdout.splitlines()) < 60  # nothing scrolls
+
+    for name in ("config.json", "tokenizers/saved_model.pb", "model.keras",
+                 "checkpoints/checkpoint", "metrics.csv", "metrics.json",
+                 "export/saved_model.pb"):
+        assert (out / name).exists(), name
+    assert list((out / "logs" / "train").glob("events.out.tfevents.*"))
+    assert list((out / "logs" / "validation").glob("events.out.tfevents.*"))
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["d_model"] == 16 and config["steps_per_epoch"] == 5
+    assert config["precision"] == "float32" and config["target_vocab_size"] > 4
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["epoch"] for row in rows] == ["0", "1"]
+    assert {"loss", "masked_accuracy", "val_loss", "learning_rate"} <= set(rows[0])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["final_step"] == 10
+    assert set(metrics["test"]) >= {"masked_accuracy", "exact_match", "bleu", "bleu_signature"}
+
+    # The same command again is refused, and nothing is touched.
+    before = sorted(p.name for p in out.iterdir())
+    refused = run_train(*TINY, *data_args, "--epochs", "2", "--output-dir", str(out))
+    assert_one_line_error(refused, 1, "is not empty", "--resume")
+    assert sorted(p.name for p in out.iterdir()) == before
+
+    # Resuming may not change the model, but may train longer.
+    changed = run_train("--output-dir", str(out), "--resume", "--d-model", "32", "--no-export")
+    assert_one_line_error(changed, 1, "Cannot change `d_model`")
+    longer = run_train("--output-dir", str(out), "--resume", "--epochs", "3", "--no-export")
+    assert longer.returncode == 0, longer.stderr
+    assert "Resuming" in longer.stdout and "at step 10 (epoch 3, batch 0)" in longer.stdout
+    assert "Epoch 3/3 - step 15" in longer.stdout
+    assert json.loads((out / "config.json").read_text())["epochs"] == 3
+
+
+KILL_AT_STEP = """
+import os, runpy, signal, sys
+from transformer import training
+
+step_to_kill = int(os.environ["KILL_AT_STEP"])
+original = training.CheckpointSaver.on_train_batch_end
+
+def on_train_batch_end(self, batch, logs=None):
+    original(self, batch, logs)
+    if training.optimizer_step(self.model.optimizer) == step_to_kill:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+training.CheckpointSaver.on_train_batch_end = on_train_batch_end
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_sigkill_mid_epoch_then_resume_continues_exactly(data_args, tmp_path):
+    args = [*TINY, *data_args, "--epochs", "3", "--checkpoint-every", "3", "--no-export"]
+    reference = run_train(*args, "--output-dir", str(tmp_path / "reference"))
+    assert reference.returncode == 0, reference.stderr
+    assert weights_digest(reference.stdout)[0] == 15
+
+    out = tmp_path / "run"
+    killed = run_train(*args, "--output-dir", str(out), code=KILL_AT_STEP,
+                       env={"KILL_AT_STEP": "8"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    state = (out / "checkpoints" / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "ckpt-6"' in state
+    # What a kill in the middle of saving step 9 would leave: data without index.
+    (out / "checkpoints" / "ckpt-9.data-00000-of-00001").write_bytes(b"\0" * 100)
+
+    resumed = run_train("--output-dir", str(out), "--resume", "--no-export")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "at step 6 (epoch 2, batch 1)" in resumed.stdout
+    assert "Epoch 2/3 - step 10" in resumed.stdout and "Epoch 3/3 - step 15" in resumed.stdout
+    # Weights, optimizer state, schedule step and data order were all restored:
+    # the resumed run ends with exactly the uninterrupted run's weights.
+    assert weights_digest(resumed.stdout) == weights_digest(reference.stdout)
+    with open(out / "metrics.csv") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1", "2"]
+
+
+def test_flag_and_data_errors_are_one_line(tmp_path):
+    bad_tsv = tmp_path / "bad.tsv"
+    bad_tsv.write_text("o gato\tthe cat\nsem tradução\n", encoding="utf-8")
+    out = ["--output-dir", str(tmp_path / "out")]
+
+    result = run_train("--batch-size", "0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "argument --batch-size: expected a positive integer" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+    assert_one_line_error(run_train("--data", str(tmp_path / "missing.tsv"), *out), 1,
+                          "missing.tsv")
+    assert_one_line_error(run_train("--data", str(bad_tsv), *out), 1, "bad.tsv:2")
+    assert not (tmp_path / "out").exists()
+
+
+def test_mirrored_strategy_on_two_logical_cpus(data_args, tmp_path):
+    out = tmp_path / "run"
+    result = run_train(*TINY, *data_args, "--epochs", "1", "--strategy", "mirrored",
+                       "--cpu-devices", "2", "--no-export", "--output-dir", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Mirrored training on 2 devices" in result.stdout
+    assert "Epoch 1/1 - step 5" in result.stdout
+    assert (out / "model.keras").is_file()
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_multi_worker_two_processes_end_with_the_same_weights(data_args, tmp_path):
+    out = tmp_path / "run"
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    args = [sys.executable, TRAIN, *TINY, *data_args, "--epochs", "2", "--no-export",
+            "--strategy", "multi-worker", "--output-dir", str(out)]
+    workers = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        workers.append(subprocess.Popen(
+            args, cwd=REPO, env={**os.environ, "TF_CONFIG": tf_config},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))
+    outputs = []
+    try:
+        for worker in workers:
+            stdout, stderr = worker.communicate(timeout=TIMEOUT)
+            assert worker.returncode == 0, stderr
+            outputs.append(stdout)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    chief, other = outputs
+    assert "2 workers, 2 replicas in sync; this is worker 0" in chief
+    assert "this is worker 1" in other
+    assert weights_digest(chief) == weights_digest(other)
+    assert weights_digest(chief)[0] == 10
+    # Only the chief wrote the run directory; the other worker's copies are gone.
+    assert (out / "model.keras").is_file() and (out / "metrics.json").is_file()
+    assert "Run directory" in chief and "Run directory" not in other
+    temp = re.search(r"writes its copies to (\S+) ", other).group(1)
+    assert not Path(temp).exists()
