@@ -1231,6 +1231,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
             _truncate_metrics_csv(metrics_csv, initial_step // steps_per_epoch)
             callbacks.append(keras.callbacks.CSVLogger(str(metrics_csv), append=True))
         callbacks.append(CheckpointSaver(manager, config.checkpoint_every))
+        # The progress bar (when shown) finishes its line before the summary.
+        callbacks.append(keras.callbacks.ProgbarLogger())
         callbacks.append(EpochSummary(config.epochs))
         if chief:
             callbacks.append(ScalarSummaries(run_dir / rundir.LOGS_DIR))
