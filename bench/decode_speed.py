@@ -22,7 +22,8 @@ vocabulary sizes (7765 Portuguese, 7010 English word pieces):
 Every timing is the median of `--repeats` runs after a warm-up (tracing)
 run, the methods interleaved so that load from other processes hits both.
 Results go to `bench/results/decode_speed.json` and
-`bench/results/decode_latency.png` (`*_quick.*` with `--quick`).
+`bench/results/decode_latency.png` (`*_quick.*` with `--quick`,
+`*_threads1.*` with `--threads 1`).
 
 Commands:
     python bench/decode_speed.py --quick     # batch 1 and 32 at 64 tokens, ~1-2 min
@@ -198,7 +199,7 @@ def main(argv=None):
     tracing = {"cached": cached_fn.experimental_get_tracing_count(),
                "naive_compiled": naive_fn.experimental_get_tracing_count()}
     load_after = os.getloadavg()
-    suffix = "_quick" if args.quick else ""
+    suffix = ("_quick" if args.quick else "") + (f"_threads{args.threads}" if args.threads else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {
         "command": "python bench/decode_speed.py" + " ".join([""] + (argv or sys.argv[1:])),
@@ -242,42 +243,48 @@ def main(argv=None):
 
 
 def latency_figure(curve, load):
-    """Latency of both loops against output length, with a quadratic and a linear fit."""
+    """Wall-clock and CPU time of both loops against output length, and the speedups.
+
+    Least-squares fits: step `t` of the naive loop costs `a + b t` (it re-runs
+    the model over all `t` tokens), so `T` steps cost `a T + b T^2 / 2`; a
+    cached step costs about the same at every `t`, so `T` steps cost `c + d T`.
+    """
     lengths = np.array([point["output_tokens"] for point in curve], float)
-    cached = np.array([point["cached_s"] for point in curve]) * 1000
-    naive = np.array([point["naive_compiled_s"] for point in curve]) * 1000
-    figure = Figure(figsize=(9, 4))
-    left, right = figure.subplots(1, 2)
     dense = np.linspace(0, lengths.max(), 100)
-    # Least-squares fits: the naive loop's step t costs a + b * t (it re-reads
-    # all t tokens), so T steps cost a * T + b * T^2 / 2; a cached step costs
-    # about the same at every t, so T steps cost c + d * T.
-    fits = (
-        (naive, "naive loop (re-runs the model)", "C3", "a T + b T² fit",
-         lambda t: np.stack([t, t * t], axis=1)),
-        (cached, "cached decoding", "C0", "c + d T fit",
-         lambda t: np.stack([np.ones_like(t), t], axis=1)),
-    )
-    for values, label, color, fit_label, basis in fits:
-        left.plot(lengths, values, "o", color=color, label=label)
-        coefficients, *_ = np.linalg.lstsq(basis(lengths), values, rcond=None)
-        left.plot(dense, basis(dense) @ coefficients, "--", color=color, linewidth=1,
-                  label=fit_label)
-    left.set_xlabel("output tokens (forced)")
-    left.set_ylabel("latency per sentence (ms)")
-    left.set_title("Greedy decoding, batch 1, 64-token source")
-    left.legend(fontsize=8)
-    left.set_xlim(0, None)
-    left.set_ylim(0, None)
-    right.plot(lengths, naive / cached, "o-", color="C2")
-    right.axhline(BAR, color="grey", linestyle=":", label=f"{BAR:.0f}x bar")
-    right.set_xlabel("output tokens (forced)")
-    right.set_ylabel("speedup (naive / cached)")
-    right.set_title("Speedup of cached decoding")
-    right.set_ylim(0, None)
-    right.legend(fontsize=8)
-    figure.suptitle(f"tutorial preset, random weights, CPU (load average {load[0]:.1f})",
-                    fontsize=9)
+    quadratic = lambda t: np.stack([t, t * t], axis=1)  # noqa: E731
+    linear = lambda t: np.stack([np.ones_like(t), t], axis=1)  # noqa: E731
+    figure = Figure(figsize=(13, 4))
+    wall_axes, cpu_axes, ratio_axes = figure.subplots(1, 3)
+    ratios = {}
+    for axes, suffix, what in ((wall_axes, "_s", "wall-clock"), (cpu_axes, "_cpu_s", "CPU")):
+        naive = np.array([point["naive_compiled" + suffix] for point in curve]) * 1000
+        cached = np.array([point["cached" + suffix] for point in curve]) * 1000
+        ratios[what] = naive / cached
+        for values, label, color, fit_label, basis in (
+            (naive, "naive loop (re-runs the model)", "C3", "a T + b T² fit", quadratic),
+            (cached, "cached decoding", "C0", "c + d T fit", linear),
+        ):
+            axes.plot(lengths, values, "o", color=color, label=label)
+            coefficients, *_ = np.linalg.lstsq(basis(lengths), values, rcond=None)
+            axes.plot(dense, basis(dense) @ coefficients, "--", color=color, linewidth=1,
+                      label=fit_label)
+        axes.set_xlabel("output tokens (forced)")
+        axes.set_ylabel(f"{what} time per sentence (ms)")
+        axes.set_title(f"{what[0].upper() + what[1:]} time, batch 1, 64-token source",
+                       fontsize=10)
+        axes.legend(fontsize=8)
+        axes.set_xlim(0, None)
+        axes.set_ylim(0, None)
+    for (what, ratio), color in zip(ratios.items(), ("C2", "C1"), strict=True):
+        ratio_axes.plot(lengths, ratio, "o-", color=color, label=f"{what} time")
+    ratio_axes.axhline(BAR, color="grey", linestyle=":", label=f"{BAR:.0f}x bar")
+    ratio_axes.set_xlabel("output tokens (forced)")
+    ratio_axes.set_ylabel("speedup (naive / cached)")
+    ratio_axes.set_title("Speedup of cached decoding", fontsize=10)
+    ratio_axes.set_ylim(0, None)
+    ratio_axes.legend(fontsize=8)
+    figure.suptitle(f"Greedy decoding, tutorial preset, random weights, CPU "
+                    f"(load average {load[0]:.1f})", fontsize=10)
     figure.tight_layout()
     return figure
 

@@ -277,6 +277,16 @@ def test_attention_weights_shapes_rows_and_values(translator, test_pairs):
             np.testing.assert_allclose(w, direct[name].numpy()[0], atol=1e-5)
 
 
+def test_without_attention_the_results_are_the_same(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:3]]
+    with_weights = translator(sentences)
+    without = translator(sentences, return_attention=False)
+    for a, b in zip(with_weights, without, strict=True):
+        assert b.attention_weights == {} and a.attention_weights
+        assert (a.text, a.tokens, a.input_tokens) == (b.text, b.tokens, b.input_tokens)
+        assert a.score == pytest.approx(b.score, abs=1e-5)
+
+
 def test_empty_sentences_give_empty_translations(translator, test_pairs):
     sentence = test_pairs[0][0]
     results = translator(["", sentence, "   "])

@@ -35,6 +35,7 @@ leading `[START]`, with `[END]` when it was produced and `[PAD]` after it;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import numbers
@@ -532,7 +533,7 @@ def _output_lengths(output_tokens):
     return tf.minimum(tf.reduce_min(end_lengths, axis=1), width)  # (batch,)
 
 
-def _teacher_forced(model, encoder_tokens, output_tokens, lengths):
+def _teacher_forced(model, encoder_tokens, output_tokens, lengths, attention=True):
     """One full forward pass over the final output: log-probs and attention weights.
 
     The decoder input is `[START] y_1 ... y_{n-1}` and the predictions are for
@@ -540,14 +541,18 @@ def _teacher_forced(model, encoder_tokens, output_tokens, lengths):
 
     Returns:
         `(token_log_probs, weights)`: float32 `(batch, steps)`, 0 beyond each
-        sentence's `lengths`, and the model's attention-weights dict.
+        sentence's `lengths`, and the model's attention-weights dict (empty
+        when `attention` is False).
     """
     batch_size = tf.shape(output_tokens)[0]
     start = tf.fill([batch_size, 1], tf.constant(START_ID, tf.int64))
     decoder_input = tf.concat([start, output_tokens[:, :-1]], axis=1)  # (batch, steps)
-    logits, weights = model(
-        (encoder_tokens, decoder_input), training=False, return_attention_weights=True
-    )  # (batch, steps, target_vocab_size)
+    if attention:
+        logits, weights = model(
+            (encoder_tokens, decoder_input), training=False, return_attention_weights=True
+        )  # (batch, steps, target_vocab_size)
+    else:
+        logits, weights = model((encoder_tokens, decoder_input), training=False), {}
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     token_log_probs = tf.gather(log_probs, output_tokens, batch_dims=2)  # (batch, steps)
     in_output = tf.sequence_mask(lengths, tf.shape(output_tokens)[1])  # (batch, steps)
@@ -571,7 +576,9 @@ def sequence_log_probs(model, encoder_tokens, output_tokens):
     encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int64)
     output_tokens = tf.convert_to_tensor(output_tokens, tf.int64)
     lengths = _output_lengths(output_tokens)
-    token_log_probs, _ = _teacher_forced(model, encoder_tokens, output_tokens, lengths)
+    token_log_probs, _ = _teacher_forced(
+        model, encoder_tokens, output_tokens, lengths, attention=False
+    )
     return token_log_probs.numpy().astype(np.float64).sum(axis=1), lengths.numpy()
 
 
@@ -706,18 +713,18 @@ class Translator:
         self._greedy = compile_greedy_decode(transformer)
         self._beam = compile_beam_search(transformer)
 
-        def teacher_forced(encoder_tokens, output_tokens, lengths):
-            return _teacher_forced(transformer, encoder_tokens, output_tokens, lengths)
-
-        self._teacher_forced = tf.function(
-            teacher_forced,
-            input_signature=[
-                _TOKENS_SPEC,
-                tf.TensorSpec([None, None], tf.int64),
-                tf.TensorSpec([None], tf.int64),
-            ],
-            autograph=False,
-        )
+        signature = [
+            _TOKENS_SPEC, tf.TensorSpec([None, None], tf.int64), tf.TensorSpec([None], tf.int64)
+        ]
+        # One compiled teacher-forced pass with the attention weights, one without.
+        self._teacher_forced = {
+            attention: tf.function(
+                functools.partial(_teacher_forced, transformer, attention=attention),
+                input_signature=signature,
+                autograph=False,
+            )
+            for attention in (True, False)
+        }
 
     @classmethod
     def from_run(cls, run_dir, **kwargs):
@@ -845,7 +852,7 @@ class Translator:
         ).numpy()
 
         if width > 0:
-            token_log_probs, weights = self._teacher_forced(
+            token_log_probs, weights = self._teacher_forced[bool(return_attention)](
                 encoder_tokens, output, tf.constant(lengths)
             )
             log_probs = token_log_probs.numpy().astype(np.float64).sum(axis=1)
