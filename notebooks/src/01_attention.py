@@ -1,0 +1,557 @@
+# Source of notebooks/01_attention.ipynb; rebuild with `python notebooks/build_notebooks.py`.
+# ruff: noqa: E402, B018
+
+# %% [markdown]
+# # Attention, step by step
+#
+# This notebook follows a study group's outline of *Attention Is All You Need*
+# (Vaswani et al., 2017) and puts each idea next to the code of this project's
+# `transformer` package:
+#
+# 1. attention as a soft dictionary lookup;
+# 2. self-attention (query, key and value all come from the same input);
+# 3. scaled dot-product attention (paper §3.2.1): why divide by $\sqrt{d_k}$;
+# 4. additive versus dot-product attention (§3.2.1);
+# 5. masking: padding, look-ahead, and the Keras `attention_mask` pitfall;
+# 6. multi-head attention (§3.2.2);
+# 7. the three uses of attention in the model (§3.2.3), on a small trained model.
+#
+# The study outline numbers the last two "3.2.3" and "3.2.4"; in the paper
+# (arXiv v5) multi-head attention is §3.2.2 and its applications §3.2.3, the
+# numbers used below.
+#
+# Each concept comes in the same order: the paper's sentence, the equation, the
+# code (which only calls the library), then a figure. The notebook runs offline
+# on a CPU. Notebook 02 trains the toy Portuguese-to-English translator; if its
+# run exists, this notebook reuses it, otherwise it trains a small one itself
+# (a few minutes on two cores).
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+# Make `transformer` importable when the notebook runs from the repository or notebooks/.
+ROOT = next((p for p in (Path.cwd(), *Path.cwd().parents) if (p / "transformer" / "__init__.py").is_file()), None)
+if ROOT is not None and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from transformer import (
+    MultiHeadAttention,
+    Translator,
+    copy_weights_to_keras,
+    create_decoder_mask,
+    create_look_ahead_mask,
+    create_padding_mask,
+    scaled_dot_product_attention,
+    to_keras_attention_mask,
+)
+from transformer.plot import (
+    dot_product_statistics,
+    plot_attention_head,
+    plot_attention_weights,
+    plot_dot_product_variance,
+    plot_masks,
+    plot_positional_encoding,
+)
+from transformer.training import RunConfig, train
+
+# TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite.
+QUICK = os.environ.get("TRANSFORMER_NOTEBOOK_QUICK", "") == "1"
+RUNS = Path(os.environ.get("TRANSFORMER_NOTEBOOK_RUNS") or os.path.relpath((ROOT or Path.cwd()) / "runs"))
+RUN_DIR = RUNS / ("notebook_toy_quick" if QUICK else "notebook_toy")
+keras.utils.set_random_seed(0)
+np.set_printoptions(precision=3, suppress=True)
+
+# %% [markdown]
+# ## 1. Attention as a soft dictionary lookup
+#
+# > "An attention function can be described as mapping a query and a set of
+# > key-value pairs to an output, where the query, keys, values, and output are
+# > all vectors. The output is computed as a weighted sum of the values, where
+# > the weight assigned to each value is computed by a compatibility function of
+# > the query with the corresponding key." (§3.2)
+#
+# A Python `dict` returns the one value whose key equals the query. Attention
+# compares the query with *every* key, turns the scores into weights that sum to
+# 1, and returns the weighted average of the values. With the paper's
+# compatibility function, the scaled dot product (§3.2.1, equation 1):
+#
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V$$
+#
+# The tutorial's four keys and values: keys 3 and 4 are the same key.
+
+# %%
+temp_k = tf.constant([[10, 0, 0],
+                      [0, 10, 0],
+                      [0, 0, 10],
+                      [0, 0, 10]], dtype=tf.float32)  # (4, 3)
+temp_v = tf.constant([[1, 0],
+                      [10, 0],
+                      [100, 5],
+                      [1000, 6]], dtype=tf.float32)  # (4, 2)
+
+
+def print_out(q, k, v):
+    temp_out, temp_attn = scaled_dot_product_attention(q, k, v, None)
+    print("Attention weights are:")
+    print(temp_attn)
+    print("Output is:")
+    print(temp_out)
+
+
+# This query aligns with the second key, so the second value is returned: a dict lookup.
+temp_q = tf.constant([[0, 10, 0]], dtype=tf.float32)  # (1, 3)
+print_out(temp_q, temp_k, temp_v)
+
+# %%
+# This query aligns with a repeated key (third and fourth), so their values are averaged.
+temp_q = tf.constant([[0, 0, 10]], dtype=tf.float32)  # (1, 3)
+print_out(temp_q, temp_k, temp_v)
+
+# %%
+# This query aligns equally with the first and second key, so their values are averaged.
+temp_q = tf.constant([[10, 10, 0]], dtype=tf.float32)  # (1, 3)
+print_out(temp_q, temp_k, temp_v)
+
+# %%
+# All three queries at once: Q is a (3, 3) matrix, the weights a (3, 4) matrix.
+temp_q = tf.constant([[0, 0, 10],
+                      [0, 10, 0],
+                      [10, 10, 0]], dtype=tf.float32)  # (3, 3)
+print_out(temp_q, temp_k, temp_v)
+
+# %% [markdown]
+# Each row of the weight matrix is one query's "soft lookup": an exact match puts
+# all the weight on one key (a `dict` would do the same), a tie splits it. The
+# softmax is why a good match wins so completely: the scores here are 0 and
+# $100/\sqrt{3} \approx 58$, and $e^{-58} \approx 10^{-25}$.
+
+# %%
+plot_attention_head(
+    in_tokens=["key 1", "key 2", "key 3", "key 4"],
+    out_tokens=["q = [0, 0, 10]", "q = [0, 10, 0]", "q = [10, 10, 0]"],
+    weights=scaled_dot_product_attention(temp_q, temp_k, temp_v)[1],
+    title="The tutorial's queries: soft lookups",
+)
+
+# %% [markdown]
+# ## A small trained model to look at
+#
+# The rest of the notebook looks at real embeddings and real attention heads, so
+# it needs a trained model: the toy Portuguese-to-English translator of
+# notebook 02, trained on the generated toy corpus. The next cell reuses the run
+# that notebook 02 writes, or trains it here (a few minutes on two cores).
+
+# %%
+if not (RUN_DIR / "model.keras").is_file():
+    # The settings of notebook 02 (and of `python train.py`); QUICK trains 30 steps only.
+    if QUICK:
+        config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
+                           eval_batch_size=256)
+    else:
+        config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=100)
+    train(config, resume=RUN_DIR.exists(), verbose=0)
+translator = Translator.from_run(RUN_DIR, max_length=20)
+model = translator.transformer  # a transformer.Transformer
+print(f"{RUN_DIR.name}: {model.num_layers} layers, d_model={model.d_model}, "
+      f"{model.num_heads} heads, {model.count_params():,} parameters")
+
+
+def tokenize(sentence, tokenizer):
+    """Token ids (1, seq_len) and their strings, [START] ... [END]."""
+    ids = tokenizer.tokenize(tf.constant([sentence])).to_tensor()  # (1, seq_len)
+    return ids, [token.decode() for token in tokenizer.lookup(ids)[0].numpy()]
+
+
+source_ids, source_tokens = tokenize("o gato preto come o bolo", translator.tokenizers.source)
+print(source_tokens, source_ids.numpy())
+
+# %% [markdown]
+# ## 2. Self-attention: query = key = value = the input
+#
+# > "Self-attention, sometimes called intra-attention is an attention mechanism
+# > relating different positions of a single sequence in order to compute a
+# > representation of the sequence." (§2)
+#
+# Take one sentence, embed it, and use the same matrix $X$ (one row per token)
+# as queries, keys and values:
+#
+# $$\mathrm{SelfAttention}(X) = \mathrm{softmax}\!\left(\frac{XX^\top}{\sqrt{d_{model}}}\right)X$$
+#
+# The input embedding is the trained model's: the token embedding scaled by
+# $\sqrt{d_{model}}$ plus the sinusoidal positional encoding (§3.4, §3.5).
+
+# %%
+x = model.encoder.pos_embedding(source_ids)  # (1, seq_len, d_model)
+output, self_weights = scaled_dot_product_attention(x, x, x)  # Q = K = V = x
+print("x:", x.shape, " weights:", self_weights.shape, " output:", output.shape)
+plot_attention_head(source_tokens, source_tokens, self_weights[0],
+                    title="softmax(X X^T / sqrt(d_model)): the trained input embedding")
+
+# %% [markdown]
+# Without learned projections every token attends mostly to itself (a vector is
+# most similar to itself), and a little to tokens whose embeddings are alike.
+# This is why the model's attention layers first project $X$ with *different*
+# learned matrices $W^Q$, $W^K$, $W^V$ (section 6 below): then a token can look for
+# something other than itself.
+#
+# Self-attention by itself has no notion of order: permuting the tokens only
+# permutes the output. What tells the two "o"s apart is the positional encoding
+# added to the embedding (§3.5),
+# $PE_{(pos, 2i)} = \sin(pos / 10000^{2i/d_{model}})$,
+# $PE_{(pos, 2i+1)} = \cos(pos / 10000^{2i/d_{model}})$:
+
+# %%
+first_o, second_o = [i for i, token in enumerate(source_tokens) if token == "o"]
+no_position = model.encoder.pos_embedding.embedding(source_ids) * np.sqrt(model.d_model)  # (1, seq_len, d_model)
+_, no_position_weights = scaled_dot_product_attention(no_position, no_position, no_position)
+for name, w in (("with the positional encoding", self_weights), ("token embedding only", no_position_weights)):
+    rows = w[0].numpy()
+    print(f"{name:>30}: rows of the two 'o's differ by {np.abs(rows[first_o] - rows[second_o]).max():.3f}")
+plot_positional_encoding(model.encoder.pos_embedding.pos_encoding)  # (max_length, d_model)
+
+# %% [markdown]
+# ## 3. Scaled dot-product attention: why divide by $\sqrt{d_k}$ (§3.2.1)
+#
+# > "We suspect that for large values of $d_k$, the dot products grow large in
+# > magnitude, pushing the softmax function into regions where it has extremely
+# > small gradients. To counteract this effect, we scale the dot products by
+# > $\frac{1}{\sqrt{d_k}}$." (§3.2.1)
+#
+# and footnote 4: "assume that the components of $q$ and $k$ are independent
+# random variables with mean 0 and variance 1. Then their dot product,
+# $q \cdot k = \sum_{i=1}^{d_k} q_i k_i$, has mean 0 and variance $d_k$."
+#
+# $$\operatorname{Var}(q\cdot k) = \sum_{i=1}^{d_k}\operatorname{Var}(q_i k_i) = d_k,
+# \qquad \operatorname{Var}\!\left(\frac{q\cdot k}{\sqrt{d_k}}\right) = 1$$
+#
+# Measured on random vectors (2,000 queries, each against 16 keys, per $d_k$):
+
+# %%
+stats = dot_product_statistics((1, 4, 16, 64, 256, 512))
+print(f"{'d_k':>5} {'var(q.k)':>10} {'var(q.k/sqrt(d_k))':>19} {'max weight':>11} {'max weight scaled':>18}")
+for row in zip(*(stats[key] for key in ("d_k", "variance_unscaled", "variance_scaled",
+                                         "max_weight_unscaled", "max_weight_scaled")), strict=True):
+    print("{:5.0f} {:10.1f} {:19.2f} {:11.2f} {:18.2f}".format(*row))
+
+# %% [markdown]
+# The unscaled variance follows $d_k$, the scaled one stays at 1. A softmax fed
+# logits with a standard deviation of $\sqrt{512} \approx 23$ puts nearly all
+# its weight on one key. Its gradient is the Jacobian
+# $\partial p_i / \partial z_j = p_i(\delta_{ij} - p_j)$, which vanishes as $p$
+# approaches one-hot. Its average size at three depths:
+
+# %%
+rng = np.random.default_rng(0)
+for d_k in (4, 64, 512):
+    q = rng.standard_normal((2000, d_k))  # (samples, d_k)
+    k = rng.standard_normal((2000, 16, d_k))  # (samples, keys, d_k)
+    for name, logits in (("unscaled", np.einsum("nd,nkd->nk", q, k)),
+                         ("scaled", np.einsum("nd,nkd->nk", q, k) / np.sqrt(d_k))):
+        p = tf.nn.softmax(logits).numpy()  # (samples, keys)
+        jacobian = np.einsum("ni,ij->nij", p, np.eye(16)) - np.einsum("ni,nj->nij", p, p)
+        norm = np.linalg.norm(jacobian, axis=(1, 2)).mean()
+        print(f"d_k={d_k:3d} {name:>8}: mean |d softmax / d logits| = {norm:.3f}")
+
+# %%
+plot_dot_product_variance()
+
+# %% [markdown]
+# ## 4. Additive versus dot-product attention (§3.2.1)
+#
+# > "The two most commonly used attention functions are additive attention, and
+# > dot-product (multiplicative) attention. [...] While the two are similar in
+# > theoretical complexity, dot-product attention is much faster and more
+# > space-efficient in practice, since it can be implemented using highly
+# > optimized matrix multiplication code." (§3.2.1)
+#
+# Additive attention (Bahdanau et al., 2015) scores a pair with a one-hidden-layer
+# network, dot-product attention with a dot product:
+#
+# $$\text{additive: } e_{ij} = v^\top \tanh(W_q q_i + W_k k_j) \qquad
+# \text{dot-product: } e_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}}$$
+#
+# For $n$ queries, $m$ keys and hidden width $d_a = d_k$, both cost
+# $O(n\,m\,d_k)$ multiply-adds, but additive attention must build an
+# $n \times m \times d_a$ tensor of `tanh` inputs, where dot-product attention
+# is one matrix product with an $n \times m$ result.
+
+# %%
+n = m = 256
+d_k = d_a = 64
+rng = np.random.default_rng(0)
+q = tf.constant(rng.standard_normal((n, d_k)), tf.float32)  # (n, d_k)
+k = tf.constant(rng.standard_normal((m, d_k)), tf.float32)  # (m, d_k)
+w_q = tf.constant(rng.standard_normal((d_k, d_a)) / 8, tf.float32)  # (d_k, d_a)
+w_k = tf.constant(rng.standard_normal((d_k, d_a)) / 8, tf.float32)  # (d_k, d_a)
+v_a = tf.constant(rng.standard_normal((d_a,)), tf.float32)  # (d_a,)
+
+
+def dot_product_scores():
+    return tf.matmul(q, k, transpose_b=True) / np.sqrt(d_k)  # (n, m)
+
+
+def additive_scores():
+    hidden = tf.tanh((q @ w_q)[:, None, :] + (k @ w_k)[None, :, :])  # (n, m, d_a)
+    return tf.reduce_sum(hidden * v_a, axis=-1)  # (n, m)
+
+
+print(f"multiply-adds  dot-product: {n * m * d_k:>10,}   additive: {(n + m) * d_k * d_a + n * m * d_a:>10,} (+ {n * m * d_a:,} tanh)")
+print(f"largest tensor dot-product: {n * m:>10,}   additive: {n * m * d_a:>10,} floats")
+
+import timeit
+
+for f in (dot_product_scores, additive_scores):
+    f()  # warm up
+seconds = {f.__name__: min(timeit.repeat(f, number=10, repeat=5)) / 10
+           for f in (dot_product_scores, additive_scores)}
+for name, s in seconds.items():
+    print(f"{name:>18}: {s * 1e3:7.3f} ms per call (n = m = {n}, d_k = {d_k}, this CPU)")
+print(f"additive / dot-product time: {seconds['additive_scores'] / seconds['dot_product_scores']:.0f}x")
+
+# %% [markdown]
+# ## 5. Masking
+#
+# > "We need to prevent leftward information flow in the decoder to preserve the
+# > auto-regressive property. We implement this inside of scaled dot-product
+# > attention by masking out (setting to $-\infty$) all values in the input of
+# > the softmax which correspond to illegal connections." (§3.2.3)
+#
+# This project has **one mask convention: 1 means "may NOT attend"** (a padding
+# key or a future position). `scaled_dot_product_attention` adds
+# $-10^9$ times the mask to the logits before the softmax:
+#
+# $$\mathrm{Attention}(Q, K, V, M) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} - 10^9 M\right)V$$
+#
+# The padding mask hides the `[PAD]` tokens (id 0) of a batch; it has shape
+# `(batch, 1, 1, seq_len)` so it broadcasts over heads and queries.
+
+# %%
+x = tf.constant([[7, 6, 0, 0, 1], [1, 2, 3, 0, 0], [0, 0, 0, 4, 5]])
+create_padding_mask(x)
+
+# %% [markdown]
+# The look-ahead mask hides the future: row $i$ (a query) may not see column
+# $j > i$ (a key). It is the strict upper triangle.
+
+# %%
+create_look_ahead_mask(3)
+
+# %% [markdown]
+# The decoder's self-attention combines both: a key is hidden if it is padding
+# *or* in the future. For a target sentence with two padding tokens (rows are
+# queries, columns keys, dark = masked):
+
+# %%
+target_tokens = ["[START]", "the", "black", "cat", "[END]", "[PAD]", "[PAD]"]
+target_ids = tf.constant([[2, 10, 11, 12, 3, 0, 0]])  # (1, 7)
+plot_masks(
+    padding_mask=create_padding_mask(target_ids),  # (1, 1, 1, 7)
+    look_ahead_mask=create_look_ahead_mask(7),  # (7, 7)
+    combined_mask=create_decoder_mask(target_ids),  # (1, 1, 7, 7)
+    tokens=target_tokens,
+)
+
+# %% [markdown]
+# ### The pitfall: `keras.layers.MultiHeadAttention` uses the opposite convention
+#
+# Keras's `attention_mask` holds 1 (True) where attention **is** allowed. Passing
+# one of our masks to it unconverted raises no error: it silently lets every query
+# attend *only* to the positions it must not see. The fix is `1 - mask`
+# (`to_keras_attention_mask`).
+#
+# The demonstration: our `MultiHeadAttention` and Keras's, with the same weights
+# (`copy_weights_to_keras`), on a random sequence of 5 positions with the
+# look-ahead mask. Row $i$ of the weights should put nothing on columns $j > i$.
+
+# %%
+keras.utils.set_random_seed(1)
+ours = MultiHeadAttention(d_model=16, num_heads=2)
+theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
+x = tf.random.normal((1, 5, 16))  # (batch, seq_len, d_model)
+ours(x, x, x)  # builds the layer
+copy_weights_to_keras(ours, theirs)
+
+look_ahead = create_look_ahead_mask(5)  # (5, 5), 1 = not allowed
+_, w_ours = ours(x, x, x, mask=look_ahead)  # (1, 2, 5, 5)
+_, w_keras_right = theirs(x, x, attention_mask=to_keras_attention_mask(look_ahead)[tf.newaxis],
+                          return_attention_scores=True)
+_, w_keras_wrong = theirs(x, x, attention_mask=look_ahead[tf.newaxis],  # NOT converted
+                          return_attention_scores=True)
+
+future = look_ahead.numpy().astype(bool)  # where the weights must be 0
+for name, w in (("ours, mask", w_ours), ("Keras, 1 - mask", w_keras_right),
+                ("Keras, mask unconverted", w_keras_wrong)):
+    head = w[0, 0].numpy()  # (5, 5)
+    print(f"{name:>24}: weight on future positions per row = {(head * future).sum(axis=1)}")
+print("head 1 with the unconverted mask:")
+print(w_keras_wrong[0, 0].numpy())
+
+# %% [markdown]
+# With the unconverted mask every row but the last puts **all** its weight on
+# the future, and the last row (which has no future) gets no weight at all. A
+# model trained this way cheats by copying the next target token, reaches a
+# suspiciously low training loss, and produces nonsense when it has to generate
+# one token at a time. The same head three ways:
+
+# %%
+tokens5 = ["[START]", "the", "black", "cat", "[END]"]
+fig = plot_attention_weights(
+    tokens5, tokens5, np.stack([w_ours[0, 0], w_keras_right[0, 0], w_keras_wrong[0, 0]])
+)
+for ax, title in zip(fig.axes[:3], ["ours, mask", "Keras, 1 - mask", "Keras, mask (WRONG)"], strict=True):
+    ax.set_title(title)
+fig.suptitle("Head 1 of the same layer under three masks: the inverted convention attends only to the future")
+fig
+
+# %% [markdown]
+# ## 6. Multi-head attention (§3.2.2)
+#
+# > "Instead of performing a single attention function with
+# > $d_{\text{model}}$-dimensional keys, values and queries, we found it
+# > beneficial to linearly project the queries, keys and values $h$ times with
+# > different, learned linear projections to $d_k$, $d_k$ and $d_v$ dimensions,
+# > respectively. [...] Due to the reduced dimension of each head, the total
+# > computational cost is similar to that of single-head attention with full
+# > dimensionality." (§3.2.2)
+#
+# $$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)W^O,
+# \quad \mathrm{head}_i = \mathrm{Attention}(QW_i^Q, KW_i^K, VW_i^V)$$
+#
+# `MultiHeadAttention` stores all $h$ projections $W_i^Q$ side by side in one
+# `Dense(d_model)` layer `wq` (likewise `wk`, `wv`), and `split_heads` cuts its
+# output into $h$ heads of depth $d_k = d_{model}/h$. The shapes, with the
+# tutorial's `d_model=512`, `num_heads=8` and a sequence of 60 tokens:
+
+# %%
+mha = MultiHeadAttention(d_model=512, num_heads=8)
+y = tf.random.uniform((1, 60, 512))  # (batch, seq_len, d_model)
+out, attn = mha(y, y, y)
+q = mha.wq(y)
+print("input y                      ", y.shape)
+print("wq(y)                        ", q.shape)
+q_heads = mha.split_heads(q, batch_size=1)
+print("split_heads(wq(y))           ", q_heads.shape, " (batch, num_heads, seq_len, depth)")
+k_heads, v_heads = mha.project_keys_values(y, y)
+heads_out, heads_w = scaled_dot_product_attention(q_heads, k_heads, v_heads)
+print("attention weights per head   ", heads_w.shape, " (batch, num_heads, seq_q, seq_k)")
+print("attention output per head    ", heads_out.shape)
+concat = mha.combine_heads(heads_out, batch_size=1)
+print("combine_heads (Concat)       ", concat.shape)
+print("dense (W^O): the layer output", mha.dense(concat).shape, "== mha(y, y, y):", out.shape)
+
+# %% [markdown]
+# Splitting into heads costs nothing. The parameters are the four
+# `d_model x d_model` projections whatever $h$ is, and the multiply-adds, counted
+# from the shapes of the tensors above, are the same too: the $h$ heads each do
+# $1/h$ of the work of one full-width head.
+
+# %%
+seq_len = 60
+print(f"{'heads':>5} {'depth':>5} {'parameters':>11} {'projection MACs':>16} {'attention MACs':>15} {'total MACs':>12}")
+for num_heads in (1, 2, 4, 8, 16):
+    layer = MultiHeadAttention(d_model=512, num_heads=num_heads)
+    layer(y, y, y)
+    q_heads = layer.split_heads(layer.wq(y), batch_size=1)  # (1, h, seq_len, depth)
+    _, h, n_q, depth = q_heads.shape
+    projection = 4 * n_q * 512 * 512  # wq, wk, wv, dense: (seq_len, 512) x (512, 512) each
+    attention = h * (n_q * seq_len * depth + n_q * seq_len * depth)  # Q K^T and weights x V, per head
+    print(f"{h:5d} {depth:5d} {layer.count_params():11,} {projection:16,} {attention:15,} {projection + attention:12,}")
+
+# %% [markdown]
+# > "Multi-head attention allows the model to jointly attend to information from
+# > different representation subspaces at different positions. With a single
+# > attention head, averaging inhibits this." (§3.2.2)
+#
+# Each head has its own projections, so it has its own attention pattern. Below
+# the heads of the trained model's first encoder layer on one sentence; the next
+# section looks at every kind of attention in the model.
+
+# %%
+result = translator("o gato preto come o bolo")
+print(result.text)
+plot_attention_weights(result.input_tokens, result.input_tokens, result.attention_weights,
+                       layer_name="encoder_layer1")
+
+# %% [markdown]
+# ## 7. The three uses of attention in the model (§3.2.3)
+#
+# > "The Transformer uses multi-head attention in three different ways" (§3.2.3):
+# > encoder self-attention, masked decoder self-attention, and encoder-decoder
+# > attention.
+
+#
+# To see each one with its real inputs, run the whole model once with teacher
+# forcing, as in training: the encoder gets the Portuguese tokens, the decoder
+# the English reference shifted right (it starts with `[START]` and lacks the
+# final `[END]`), and the model returns every layer's attention weights.
+
+# %%
+target_ids, target_tokens = tokenize("the black cat eats the cake", translator.tokenizers.target)
+decoder_input_ids, decoder_input_tokens = target_ids[:, :-1], target_tokens[:-1]  # right-shifted
+labels = target_tokens[1:]  # what each decoder position must predict
+logits, weights = model((source_ids, decoder_input_ids), return_attention_weights=True)
+predicted = [token.decode() for token in translator.tokenizers.target.lookup(tf.argmax(logits, -1))[0].numpy()]
+print("decoder input:", decoder_input_tokens)
+print("labels:       ", labels)
+print("predictions:  ", predicted)
+for name, w in weights.items():
+    print(f"{name:>22}: {tuple(w.shape)}  (batch, heads, queries, keys)")
+
+# %% [markdown]
+# ### Encoder self-attention
+#
+# > "The encoder contains self-attention layers. In a self-attention layer all of
+# > the keys, values and queries come from the same place, in this case, the
+# > output of the previous layer in the encoder. Each position in the encoder
+# > can attend to all positions in the previous layer of the encoder." (§3.2.3)
+#
+# $$Q = K = V = \text{encoder input (or previous encoder layer)}, \qquad
+# M = \text{padding mask of the source}$$
+
+# %%
+plot_attention_weights(source_tokens, source_tokens, weights, layer_name=f"encoder_layer{model.num_layers}")
+
+# %% [markdown]
+# ### Masked decoder self-attention
+#
+# > "Similarly, self-attention layers in the decoder allow each position in the
+# > decoder to attend to all positions in the decoder up to and including that
+# > position." (§3.2.3)
+#
+# $$Q = K = V = \text{the right-shifted target}, \qquad
+# M = \max(\text{look-ahead}, \text{target padding})$$
+#
+# The look-ahead mask of section 5 leaves the upper triangle at exactly 0:
+
+# %%
+block1 = weights["decoder_layer1_block1"].numpy()  # (1, heads, target_len, target_len)
+print("largest weight above the diagonal:", np.triu(block1, k=1).max())
+plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer_name="decoder_layer1_block1")
+
+# %% [markdown]
+# ### Encoder-decoder attention
+#
+# > "In 'encoder-decoder attention' layers, the queries come from the previous
+# > decoder layer, and the memory keys and values come from the output of the
+# > encoder. This allows every position in the decoder to attend over all
+# > positions in the input sequence." (§3.2.3)
+#
+# $$Q = \text{decoder states}, \qquad K = V = \text{encoder output}, \qquad
+# M = \text{padding mask of the source}$$
+#
+# The rows are labelled with the token each decoder position predicts. Where the
+# word order differs the alignment crosses: the row that predicts "black" looks
+# at "preto", which comes after "gato".
+
+# %%
+plot_attention_weights(source_tokens, labels, weights, layer_name=f"decoder_layer{model.num_layers}_block2")
+
+# %% [markdown]
+# Notebook 02 trains this model step by step, translates with it and looks at
+# more sentences.

@@ -1,0 +1,267 @@
+# Source of notebooks/02_translate.ipynb; rebuild with `python notebooks/build_notebooks.py`.
+# ruff: noqa: E402, B018
+
+# %% [markdown]
+# # Train a translator and watch it attend
+#
+# This notebook trains the toy Portuguese-to-English translator of this project
+# on a CPU, translates a few sentences, and looks at what its attention heads
+# do. It is what `python train.py` and `python translate.py --plot` do, one step
+# at a time:
+#
+# 1. the toy corpus and its subword tokens;
+# 2. the model and its learning-rate schedule (paper §5.3);
+# 3. training, and the training curves;
+# 4. translating, including sentences whose word order changes;
+# 5. encoder-decoder attention: where each English word looks in the Portuguese;
+# 6. masked decoder self-attention and encoder self-attention.
+#
+# Everything runs offline. Training writes a run directory, `runs/notebook_toy`
+# (the same layout as `train.py`); if it is already there, the notebook loads it
+# instead of training again, and notebook 01 reuses it.
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+# Make `transformer` importable when the notebook runs from the repository or notebooks/.
+ROOT = next((p for p in (Path.cwd(), *Path.cwd().parents) if (p / "transformer" / "__init__.py").is_file()), None)
+if ROOT is not None and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import json
+import logging
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from transformer import CustomSchedule, Translator
+from transformer.data import generate_toy_corpus
+from transformer.plot import (
+    plot_attention_head,
+    plot_attention_weights,
+    plot_learning_rate,
+    plot_training_curves,
+)
+from transformer.training import RunConfig, normalize_text, train
+
+# TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite: a few
+# training steps, so the translations are poor but every cell runs.
+QUICK = os.environ.get("TRANSFORMER_NOTEBOOK_QUICK", "") == "1"
+RUNS = Path(os.environ.get("TRANSFORMER_NOTEBOOK_RUNS") or os.path.relpath((ROOT or Path.cwd()) / "runs"))
+RUN_DIR = RUNS / ("notebook_toy_quick" if QUICK else "notebook_toy")
+logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+logging.getLogger("tensorflow").setLevel(logging.ERROR)
+keras.utils.set_random_seed(0)
+np.set_printoptions(precision=2, suppress=True)
+
+# %% [markdown]
+# ## 1. The toy corpus
+#
+# The tutorial trains on TED talks, which need a download. This project
+# generates a toy corpus from a small Portuguese grammar instead, so it runs on
+# any machine. It is small, but it needs what attention is for: **word order
+# changes** (the adjective follows the noun in Portuguese and precedes it in
+# English, and a possessor moves from the end to the front), and words that
+# agree in Portuguese but not in English.
+
+# %%
+corpus = generate_toy_corpus(seed=0)
+print(corpus)
+for source, target in corpus.train[:8]:
+    print(f"{source:<60} -> {target}")
+
+# %% [markdown]
+# ## 2. The model and its learning-rate schedule
+#
+# The `toy` preset is a small Transformer, the paper's architecture with fewer
+# and narrower layers (its sizes are printed below); `python train.py` uses it
+# for the toy corpus.
+#
+# > "We used the Adam optimizer with $\beta_1 = 0.9$, $\beta_2 = 0.98$ and
+# > $\epsilon = 10^{-9}$. We varied the learning rate over the course of
+# > training, according to the formula [below]. This corresponds to increasing
+# > the learning rate linearly for the first $warmup\_steps$ training steps, and
+# > decreasing it thereafter proportionally to the inverse square root of the
+# > step number." (§5.3)
+#
+# $$lrate = d_{model}^{-0.5} \cdot \min(step\_num^{-0.5},\ step\_num \cdot warmup\_steps^{-1.5})$$
+#
+# The paper warms up for 4000 steps; the toy corpus is learnt in fewer steps
+# than that, so the run warms up faster.
+
+# %%
+if QUICK:
+    config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
+                       eval_batch_size=256)
+else:
+    # `python train.py`'s toy settings (about three passes over the corpus, warm-up 400
+    # steps), logged as 10 "epochs" of 100 updates to draw smoother training curves.
+    config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=100)
+shown = ("model", "batch_size", "epochs", "steps_per_epoch", "warmup_steps", "label_smoothing", "seed")
+print(json.dumps({key: value for key, value in config.to_dict().items() if key in shown}, indent=1))
+
+# %%
+total_steps = config.epochs * (config.steps_per_epoch or -(-len(corpus.train) // config.batch_size))
+plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), num_steps=total_steps)
+
+# %% [markdown]
+# ## 3. Training
+#
+# `transformer.training.train` does what `python train.py` does: it builds the
+# tokenizers, trains with `model.fit` (Adam with the schedule above, cross-entropy
+# with label smoothing $\epsilon_{ls} = 0.1$ averaged over the non-padding
+# tokens, §5.3-5.4), evaluates on the test split (greedy decoding, exact match
+# and BLEU) and writes the run directory. On two CPU cores this takes a few
+# minutes. A finished run is loaded instead.
+
+# %%
+if (RUN_DIR / "model.keras").is_file():
+    print(f"Loading the finished run in {RUN_DIR}")
+else:
+    result = train(config, resume=RUN_DIR.exists(), verbose=0)
+metrics = json.loads((RUN_DIR / "metrics.json").read_text())
+print({key: round(value, 3) for key, value in metrics["test"].items() if isinstance(value, float)})
+
+# %%
+plot_training_curves(RUN_DIR / "metrics.csv", title="The toy translator, per epoch")
+
+# %% [markdown]
+# ## 4. Translating
+#
+# The `Translator` decodes greedily, one token at a time, each conditioned on the
+# source and on the tokens emitted so far (§3). It returns the text, the tokens
+# and every attention weight of the final output.
+
+# %%
+translator = Translator.from_run(RUN_DIR, max_length=20)  # toy translations are short
+
+# %% [markdown]
+# The model sees subword tokens, learnt from the training sentences by the
+# tokenizers of TensorFlow's subword tutorial (WordPiece; lower-cased, accents
+# stripped). Every sentence is wrapped in `[START]` (id 2) and `[END]` (id 3).
+
+# %%
+ids = translator.tokenizers.source.tokenize(tf.constant(["a menina come a maçã vermelha"]))
+print(ids.to_list()[0])
+print([t.decode() for t in translator.tokenizers.source.lookup(ids).to_list()[0]])
+print("vocabulary sizes:", int(translator.tokenizers.source.get_vocab_size()),
+      "Portuguese,", int(translator.tokenizers.target.get_vocab_size()), "English tokens")
+
+# %%
+sentences = {
+    "o gato preto dorme": "the black cat sleeps",
+    "o gato preto": "the black cat",
+    "a menina come a maçã vermelha": "the girl eats the red apple",
+    "os cães pretos não correm": "the black dogs do not run",
+    "o gato branco gosta do livro novo": "the white cat likes the new book",
+    "o homem velho compra o carro vermelho da menina": "the old man buys the girl's red car",
+}
+results = translator(list(sentences))
+for (source, reference), result in zip(sentences.items(), results, strict=True):
+    # The detokenized text is lower-cased and splits punctuation off ("girl ' s").
+    mark = "ok" if result.text == normalize_text(reference) else "  "
+    print(f"{mark} {source:<48} -> {result.text:<40} (reference: {reference})")
+
+# %% [markdown]
+# "o gato preto" is not a sentence of the grammar (every training sentence has
+# a verb), which makes it a good test of what the model learnt.
+#
+# ## 5. Encoder-decoder attention: where each English word looks
+#
+# > "In 'encoder-decoder attention' layers, the queries come from the previous
+# > decoder layer, and the memory keys and values come from the output of the
+# > encoder. This allows every position in the decoder to attend over all
+# > positions in the input sequence." (§3.2.3)
+#
+# $$\mathrm{head}_i = \mathrm{softmax}\!\left(\frac{(X_{dec} W_i^Q)(Z_{enc} W_i^K)^\top}{\sqrt{d_k}}\right) Z_{enc} W_i^V$$
+#
+# Row $i$ of a head is the decoder's query at the step that **predicts** output
+# token $i$; the rows are labelled with those predicted tokens, the columns with
+# the Portuguese tokens. A head that aligns words shows a crossing where the
+# order differs: "black" looks at "preto", which comes *after* "gato".
+
+# %%
+text, tokens, weights = results[0]
+in_tokens = results[0].input_tokens
+out_tokens = tokens[1:]  # the predicted tokens, one per row
+last = config.model.num_layers
+print(f"{results[0].input_tokens} -> {tokens}")
+plot_attention_weights(in_tokens, out_tokens, weights, layer_name=f"decoder_layer{last}_block2")
+
+# %% [markdown]
+# The head that puts the most weight on the word-for-word alignment
+# (the → o, black → preto, cat → gato), by itself:
+
+# %%
+alignment = {"the": "o", "black": "preto", "cat": "gato", "sleeps": "dorme"}
+cross = np.concatenate([weights[f"decoder_layer{i}_block2"] for i in range(1, last + 1)])  # (layers * heads, out, in)
+score = [sum(head[out_tokens.index(en), in_tokens.index(pt)]
+             for en, pt in alignment.items() if en in out_tokens and pt in in_tokens)
+         for head in cross]
+best = int(np.argmax(score))
+layer, head = divmod(best, config.model.num_heads)
+print("alignment weight per head (layer 1 heads, then layer 2 heads):", np.round(score, 2))
+plot_attention_head(in_tokens, out_tokens, cross[best],
+                    title=f"decoder_layer{layer + 1}_block2, head {head + 1}: the noun-adjective swap")
+
+# %% [markdown]
+# A longer sentence with two swaps: the adjective and noun, and the possessor
+# "da menina" that moves to the front as "the girl's".
+
+# %%
+long = results[-1]
+plot_attention_weights(long.input_tokens, long.tokens[1:], long.attention_weights,
+                       layer_name=f"decoder_layer{last}_block2")
+
+# %% [markdown]
+# ## 6. Self-attention in the decoder and in the encoder
+#
+# > "Self-attention layers in the decoder allow each position in the decoder to
+# > attend to all positions in the decoder up to and including that position. We
+# > need to prevent leftward information flow in the decoder to preserve the
+# > auto-regressive property." (§3.2.3)
+#
+# The decoder's queries, keys and values are its own input, the right-shifted
+# translation (`[START]` and the tokens so far). The look-ahead mask leaves the
+# upper triangle empty: no row looks at a later column.
+
+# %%
+decoder_inputs = tokens[:-1]  # [START] and the tokens before the last
+plot_attention_weights(decoder_inputs, decoder_inputs, weights, layer_name="decoder_layer1_block1")
+
+# %%
+above_diagonal = max(float(np.triu(weights[f"decoder_layer{i}_block1"], k=1).max()) for i in range(1, last + 1))
+print(f"largest weight above the diagonal, all decoder layers and heads: {above_diagonal:.1e}")
+
+# %% [markdown]
+# > "The encoder contains self-attention layers. In a self-attention layer all of
+# > the keys, values and queries come from the same place, in this case, the
+# > output of the previous layer in the encoder. Each position in the encoder can
+# > attend to all positions in the previous layer of the encoder." (§3.2.3)
+#
+# No mask other than padding: each Portuguese token may look both ways. The
+# encoder's heads are less crisp than the encoder-decoder heads above (the toy
+# task mostly needs each word carried through with a little context); look for
+# heads that attend to a neighbouring token, and heads that park their weight on
+# `[START]` or `[END]`, a common way for a head to do nearly nothing.
+
+# %%
+plot_attention_weights(in_tokens, in_tokens, weights, layer_name="encoder_layer1")
+
+# %%
+plot_attention_weights(in_tokens, in_tokens, weights, layer_name=f"encoder_layer{last}")
+
+# %% [markdown]
+# ## Beam search and the test split
+#
+# The paper decodes with beam search (beam size 4, length penalty
+# $\alpha = 0.6$, §6.1). On the toy corpus greedy decoding is usually as good;
+# the evaluation `train` wrote used greedy decoding on the held-out test split.
+
+# %%
+for result in translator(list(sentences)[:3], beam_size=4):
+    print(f"{' '.join(result.input_tokens[1:-1]):<40} -> {result.text}  (score {result.score:.2f})")
+print("test split:", {key: metrics["test"][key] for key in ("num_sentences", "exact_match", "bleu")})
