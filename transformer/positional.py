@@ -128,15 +128,17 @@ class PositionalEmbedding(keras.layers.Layer):
     def call(self, x, start_position=0):
         seq_len = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
         checks = self._check_length(seq_len, start_position)
+        # Everything waits for the length check, so a too-long input fails with
+        # its message rather than with the slice's own error.
         with tf.control_dependencies(checks):
             x = self.embedding(x)  # (batch, seq_len, d_model)
-        x = x * tf.cast(self._scale, x.dtype)
-        encoding = tf.constant(self.pos_encoding, dtype=x.dtype)
-        if isinstance(start_position, int) and isinstance(seq_len, int):
-            encoding = encoding[start_position : start_position + seq_len]
-        else:
-            encoding = tf.slice(encoding, [start_position, 0], [seq_len, self.d_model])
-        return x + encoding[tf.newaxis, :, :]  # (batch, seq_len, d_model)
+            x = x * tf.cast(self._scale, x.dtype)
+            encoding = tf.constant(self.pos_encoding, dtype=x.dtype)
+            if isinstance(start_position, int) and isinstance(seq_len, int):
+                encoding = encoding[start_position : start_position + seq_len]
+            else:
+                encoding = tf.slice(encoding, [start_position, 0], [seq_len, self.d_model])
+            return x + encoding[tf.newaxis, :, :]  # (batch, seq_len, d_model)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)
