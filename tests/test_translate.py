@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import random_model, random_sources, trained_run
+from translate_helpers import copy_run, random_model, random_sources
 
 from transformer.constants import END_ID, PAD_ID
 from transformer.rundir import CONFIG_FILE, RunDirError
@@ -32,13 +32,16 @@ LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
 
 
 @pytest.fixture(scope="module")
-def run_dir():
-    return trained_run()[0]
+def run_dir(tiny_run):
+    """The session's tiny trained run (tests/conftest.py); tests must not modify it."""
+    return Path(tiny_run.run_dir)
 
 
 @pytest.fixture(scope="module")
-def test_pairs():
-    return trained_run()[1]
+def test_pairs(tiny_run):
+    from transformer.data import read_tsv
+
+    return read_tsv(tiny_run.config.test)
 
 
 @pytest.fixture(scope="module")
@@ -197,28 +200,49 @@ def test_a_beam_wider_than_the_search_space_finds_the_best_output(alpha):
 
 
 def test_beam_scores_at_least_the_greedy_scores_on_a_trained_model(translator, test_pairs):
-    sentences = [source for source, _ in test_pairs[:24]]
+    # Beam search scores at least as high as greedy decoding on almost every
+    # sentence, and higher on average. It cannot promise it for every sentence:
+    # when k other prefixes beat the greedy prefix, the greedy path is pruned
+    # (the session's tiny model is weak; 2 of its 64 test sentences do this).
+    sentences = [source for source, _ in test_pairs]
     encoder_tokens, _ = translator.encode(sentences)
     model = translator.transformer
     greedy = cached_greedy_decode(model, encoder_tokens, 30)
+    g_log_probs, g_lengths = sequence_log_probs(model, encoder_tokens, greedy)
     for alpha in (0.0, 0.6):
-        beam, _ = beam_search_decode(model, encoder_tokens, 30, beam_size=4, alpha=alpha)
-        g_log_probs, g_lengths = sequence_log_probs(model, encoder_tokens, greedy)
+        beam, scores = beam_search_decode(model, encoder_tokens, 30, beam_size=4, alpha=alpha)
         b_log_probs, b_lengths = sequence_log_probs(model, encoder_tokens, beam)
         g_scores = g_log_probs / length_penalty(g_lengths, alpha)
         b_scores = b_log_probs / length_penalty(b_lengths, alpha)
-        assert (b_scores >= g_scores - 1e-5).all(), (alpha, b_scores - g_scores)
+        np.testing.assert_allclose(scores.numpy(), b_scores, rtol=1e-4, atol=1e-4)
+        worse = b_scores < g_scores - 1e-5
+        better = b_scores > g_scores + 1e-5
+        assert worse.mean() <= 0.1, (alpha, b_scores - g_scores)
+        assert better.sum() > 3 * worse.sum() and b_scores.mean() > g_scores.mean()
 
 
 # --- Translator --------------------------------------------------------------------
 
 
-def test_translator_translates_the_toy_test_set(translator, test_pairs):
+def _word_overlap(hypothesis, reference):
+    """Unigram F1 of two sentences (a crude quality measure)."""
+    hyp, ref = hypothesis.split(), reference.split()
+    common = sum(min(hyp.count(w), ref.count(w)) for w in set(hyp))
+    return 0.0 if not common else 2 * common / (len(hyp) + len(ref))
+
+
+def test_translator_translates_the_toy_test_set(tiny_run, translator, test_pairs):
     sentences = [source for source, _ in test_pairs[:16]]
     results = translator(sentences)
     assert len(results) == 16 and all(isinstance(r, Translation) for r in results)
-    correct = sum(r.text == target for r, (_, target) in zip(results, test_pairs, strict=False))
-    assert correct >= 8, [(r.text, t) for r, (_, t) in zip(results, test_pairs, strict=False)]
+    # Loaded from the run directory, it translates as the model did at the end
+    # of training (train.py's evaluation uses this Translator too) ...
+    for source, _, translation in tiny_run.examples:
+        assert translator(source).text == translation
+    # ... and the translations resemble the references (a random model scores ~0).
+    overlap = np.mean([_word_overlap(r.text, t) for r, (_, t) in zip(results, test_pairs,
+                                                                       strict=False)])
+    assert overlap > 0.5, [(r.text, t) for r, (_, t) in zip(results, test_pairs, strict=False)]
     one = translator(sentences[0])
     text, tokens, attention = one  # unpacks like the tutorial's result
     assert text == results[0].text
@@ -368,38 +392,47 @@ RELOAD_SCRIPT = textwrap.dedent("""
     import json, sys
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
-    translator = tf.saved_model.load(sys.argv[1])
     sentences = json.loads(sys.argv[2])
-    batch = [t.decode() for t in translator(tf.constant(sentences)).numpy()]
-    one = translator(tf.constant(sentences[0])).numpy().decode()
-    beam = translator.translate(tf.constant(sentences), tf.constant(30), tf.constant(4),
-                                tf.constant(0.6)).numpy()
-    print(json.dumps({
-        "batch": batch, "one": one, "beam": [t.decode() for t in beam],
-        "imported_transformer": any(m.split(".")[0] == "transformer" for m in sys.modules),
-    }))
+    results = []
+    for export_dir in json.loads(sys.argv[1]):
+        translator = tf.saved_model.load(export_dir)
+        batch = [t.decode() for t in translator(tf.constant(sentences)).numpy()]
+        one = translator(tf.constant(sentences[0])).numpy().decode()
+        beam = translator.translate(tf.constant(sentences), tf.constant(30), tf.constant(4),
+                                    tf.constant(0.6)).numpy()
+        results.append({"batch": batch, "one": one, "beam": [t.decode() for t in beam]})
+    imported = any(m.split(".")[0] == "transformer" for m in sys.modules)
+    print(json.dumps({"results": results, "imported_transformer": imported}))
 """)
 
 
 def test_export_reloads_in_a_fresh_process_with_the_same_translations(
-    translator, run_dir, test_pairs, tmp_path
+    tiny_run, translator, run_dir, test_pairs, tmp_path
 ):
-    # From a run directory, the export goes to <run_dir>/export.
-    export_dir = export_translator(run_dir)
-    assert export_dir == run_dir / "export" and (export_dir / "saved_model.pb").is_file()
+    # train.py exported the tiny run at the end of training ...
+    assert tiny_run.export_dir is not None
+    assert (run_dir / "export" / "saved_model.pb").is_file()
+    # ... and from a run directory, the export goes to <run_dir>/export.
+    copy = copy_run(run_dir, tmp_path / "run")
+    export_dir = export_translator(copy)
+    assert export_dir == copy / "export" and (export_dir / "saved_model.pb").is_file()
     sentences = [source for source, _ in test_pairs[:5]] + ["", "o gato xyzzyq"]
+    dirs = [str(run_dir / "export"), str(export_dir)]
     done = subprocess.run(
-        [sys.executable, "-c", RELOAD_SCRIPT, str(export_dir), json.dumps(sentences)],
+        [sys.executable, "-c", RELOAD_SCRIPT, json.dumps(dirs), json.dumps(sentences)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     reloaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert not reloaded["imported_transformer"]
-    assert reloaded["batch"] == [r.text for r in translator(sentences)]
-    assert reloaded["one"] == translator(sentences[0]).text
-    assert reloaded["beam"] == [
-        r.text for r in translator(sentences, max_length=30, beam_size=4, alpha=0.6)
-    ]
+    expected = {
+        "batch": [r.text for r in translator(sentences)],
+        "one": translator(sentences[0]).text,
+        "beam": [r.text for r in translator(sentences, max_length=30, beam_size=4, alpha=0.6)],
+    }
+    assert expected["batch"][5] == ""
+    for result in reloaded["results"]:
+        assert result == expected
 
 
 def test_export_needs_a_directory_for_a_translator(translator):

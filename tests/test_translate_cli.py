@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from translate_helpers import trained_run
 
 from transformer.translate import Translator
 
@@ -15,13 +14,16 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def run_dir():
-    return trained_run()[0]
+def run_dir(tiny_run):
+    """The session's tiny trained run (tests/conftest.py)."""
+    return Path(tiny_run.run_dir)
 
 
 @pytest.fixture(scope="module")
-def sentences():
-    return [source for source, _ in trained_run()[1][:3]]
+def sentences(tiny_run):
+    from transformer.data import read_tsv
+
+    return [source for source, _ in read_tsv(tiny_run.config.test)[:3]]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_stdin_lines_beam_search_and_one_plot_per_sentence(run_dir, sentences, t
 def test_one_sentence_plot_of_a_named_block(run_dir, sentences, translator, tmp_path):
     out = tmp_path / "plots" / "self.png"
     done = _run(["--run", run_dir, sentences[2], "--plot", out,
-                 "--layer", "decoder_layer2_block1"], tmp_path)
+                 "--layer", "decoder_layer1_block1"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == translator(sentences[2]).text
     assert out.read_bytes()[:8] == PNG_MAGIC

@@ -1,17 +1,11 @@
-"""Models and run directories shared by test_translate.py and test_translate_cli.py.
+"""Random models and run-directory helpers for test_translate.py.
 
-`trained_run()` trains a tiny translator on the toy corpus once per test
-process (a few seconds of `model.fit`) and writes a run directory the way
-train.py lays one out (config.json, tokenizers/, model.keras).
+Trained-model tests use the session's `tiny_run` fixture (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
-import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import keras
@@ -66,39 +60,11 @@ def random_sources(seed, lengths, vocab_size=SOURCE_VOCAB):
     return batch
 
 
-@functools.lru_cache(maxsize=1)
-def trained_run():
-    """Trains a tiny toy translator once and writes its run directory.
-
-    Returns:
-        `(run_dir, test_pairs)`: the run directory (a temporary directory removed
-        at exit) and held-out `(portuguese, english)` pairs.
-    """
-    from transformer.data.batching import make_batches
-    from transformer.data.tokenizers import build_tokenizers, save_tokenizers
-    from transformer.data.toy import generate_toy_corpus
-    from transformer.training import masked_accuracy, masked_loss
-
-    keras.utils.set_random_seed(0)
-    corpus = generate_toy_corpus(seed=0, n_train=1000, n_valid=10, n_test=40)
-    tokenizers = build_tokenizers(corpus.train, vocab_size=400)
-    model = Transformer(
-        num_layers=2, d_model=64, num_heads=4, dff=128,
-        input_vocab_size=int(tokenizers.source.get_vocab_size()),
-        target_vocab_size=int(tokenizers.target.get_vocab_size()),
-        max_length=40, dropout_rate=0.0,
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(2e-3), loss=masked_loss, metrics=[masked_accuracy]
-    )
-    batches = make_batches(corpus.train, tokenizers, batch_size=64, max_tokens=40, seed=0)
-    model.fit(batches.repeat(), steps_per_epoch=150, epochs=1, verbose=0)
-
-    run_dir = Path(tempfile.mkdtemp(prefix="translate-test-run-"))
-    atexit.register(shutil.rmtree, run_dir, ignore_errors=True)
-    save_tokenizers(tokenizers, run_dir / TOKENIZERS_DIR)
-    model.save(run_dir / MODEL_FILE)
-    config = {"model": {"num_layers": 2, "d_model": 64, "num_heads": 4, "dff": 128,
-                        "max_length": 40, "dropout_rate": 0.0}}
-    (run_dir / CONFIG_FILE).write_text(json.dumps(config), encoding="utf-8")
-    return run_dir, corpus.test
+def copy_run(run_dir, destination):
+    """Copies what a translator needs of a run directory (config, tokenizers, model)."""
+    destination = Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in (CONFIG_FILE, MODEL_FILE):
+        shutil.copy(Path(run_dir) / name, destination / name)
+    shutil.copytree(Path(run_dir) / TOKENIZERS_DIR, destination / TOKENIZERS_DIR)
+    return destination

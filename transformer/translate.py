@@ -177,10 +177,11 @@ def naive_greedy_decode(
 class _CachedDecoder:
     """The decoder of a `Transformer` run one position at a time, with caches.
 
-    It reuses the model's own sublayers (embedding, every layer's attention
-    projections, layer norms and feed-forward network, the final layer), so it
-    computes the same function as `Decoder.call` at inference (dropout is the
-    identity then), one query position at a time:
+    It reuses the model's own sublayers and helpers (embedding, every layer's
+    attention projections `wq`/`wk`/`wv`/`dense`, `scaled_dot_product_attention`,
+    the residual + layer norm of each sublayer (`_residual`, `_ffn_block`) and
+    the final layer), so it computes the same function as `Decoder.call` at
+    inference (dropout is the identity then), one query position at a time:
 
     - `encode` runs the encoder once and projects the encoder-decoder keys and
       values of every layer once (`MultiHeadAttention.project_keys_values`).
@@ -258,12 +259,13 @@ class _CachedDecoder:
                 [v_cache, self._split_one(block.mha.wv(x))], axis=2
             )  # (batch, heads, position + 1, depth)
             attn = self._attend_one(block.mha, x, k_cache, v_cache, self_mask)
-            x = block.layernorm(x + attn)  # (batch, d_model); dropout is off
+            # The layers' own residual + layer norm, so the numbers are theirs.
+            x = block._residual(x, attn, training=False)  # (batch, d_model)
             # Encoder-decoder attention over the keys and values projected once.
             block = layer.cross_attention
             attn = self._attend_one(block.mha, x, k_ctx, v_ctx, cross_mask)
-            x = block.layernorm(x + attn)  # (batch, d_model)
-            x = layer.ffn_layernorm(x + layer.ffn(x))  # (batch, d_model)
+            x = block._residual(x, attn, training=False)  # (batch, d_model)
+            x = layer._ffn_block(x, training=False)  # (batch, d_model)
             new_cache.append((k_cache, v_cache))
         logits = self.model.final_layer(x)  # (batch, target_vocab_size)
         return tf.cast(logits, tf.float32), new_cache
@@ -353,12 +355,17 @@ def beam_search_decode(
     Every step extends each of the `beam_size` live hypotheses of a sentence by
     every token and keeps the `2 * beam_size` best candidates by
     log-probability. Candidates ending in `[END]` that rank among the first
-    `beam_size` are finished (scored with the length penalty); the
-    `beam_size` best candidates that do not end stay live. A sentence is done
-    once `beam_size` hypotheses have finished (as in fairseq); at
-    `max_length`, its live hypotheses are finished as they are. The answer is
-    the best finished hypothesis. With `beam_size = 1` this is exactly greedy
-    decoding: the argmax either ends the sentence or is the one live token.
+    `beam_size` are finished (scored with the length penalty) and the
+    `beam_size` best finished hypotheses are kept; the `beam_size` best
+    candidates that do not end stay live (as in fairseq). A sentence is done
+    once it has `beam_size` finished hypotheses and its best live hypothesis,
+    scored at its current length, is no better than the worst of them (as in
+    Hugging Face's beam search; with `alpha = 0` this bound is exact, since a
+    live hypothesis can only lose probability). At `max_length`, the live
+    hypotheses are finished as they are. The answer is the best finished
+    hypothesis. With `beam_size = 1` this is exactly greedy decoding: the
+    argmax either ends the sentence (every other continuation scores lower)
+    or is the one live token.
 
     Args:
         model: a `Transformer`.
@@ -442,12 +449,14 @@ def beam_search_decode(
             finished_tokens, finished_scores, pad_to_max_length(cand_seqs[:, :, 1:]), new_scores
         )
         num_finished += tf.reduce_sum(tf.cast(finishing, tf.int32), axis=1)
-        done = done | (num_finished >= k)
 
         # The k best candidates that did not end stay live.
         alive_log_probs, keep = tf.math.top_k(
             tf.where(is_end, neg_inf, cand_log_probs), k=k
-        )  # (batch, k)
+        )  # (batch, k), best first
+        # Done: k finished, none worse than the best live hypothesis at its length.
+        best_alive = alive_log_probs[:, 0] / length_penalty(step + 1, alpha)  # (batch,)
+        done = done | ((num_finished >= k) & (finished_scores[:, -1] >= best_alive))
         alive = tf.reshape(
             tf.gather(cand_seqs, keep, batch_dims=1), [batch_size * k, step + 2]
         )  # (batch * k, step + 2)
