@@ -336,19 +336,16 @@ def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, ref
     assert again.evaluation.exact_match == resumed.evaluation.exact_match
 
 
-def test_same_seed_same_run_other_seed_other_run(tiny_tsv, tmp_path, reference_run):
+def test_another_seed_gives_another_run(tiny_tsv, tmp_path, reference_run):
+    """The same seed gives the same run: test_resume_mid_epoch_continues_exactly
+    trains twice from scratch (tokenizers, initial weights, data order) and ends
+    with identical weights. Here, seed 1 must end elsewhere."""
     from transformer import training
 
-    same = training.train(tiny_config(tiny_tsv, tmp_path / "a", epochs=3), verbose=0,
-                          export=False)
     other = training.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=3, seed=1), verbose=0,
                            export=False)
-    assert same.weights_sha256 == reference_run.weights_sha256
+    assert other.final_step == reference_run.final_step
     assert other.weights_sha256 != reference_run.weights_sha256
-    for name in ("source_vocab.txt", "target_vocab.txt"):
-        assert (tmp_path / "a" / "tokenizers" / name).read_text() == (
-            reference_run.run_dir / "tokenizers" / name
-        ).read_text()
 
 
 def test_nan_loss_stops_with_the_step(tiny_tsv, tmp_path, monkeypatch):

@@ -296,10 +296,11 @@ RESUMABLE_FIELDS = frozenset(
 
 
 # The defaults that depend on the data, in one place. The toy corpus is small
-# and regular: the `toy` model learns it in three passes (about 940 steps of 64
-# pairs) with a short warm-up, reaching >= 95% exact match on its test split.
-# Real corpora get the tutorial's model and the paper's 4000 warm-up steps.
-TOY_DEFAULTS = {"preset": "toy", "epochs": 3, "warmup_steps": 400}
+# and regular: the `toy` model learns it in four passes (1252 steps of 64
+# pairs) with a short warm-up; three passes gave 96.4-98.8% exact match on its
+# test split over seeds 0-2, four leave a margin above 95%. Real corpora get
+# the tutorial's model and the paper's 4000 warm-up steps.
+TOY_DEFAULTS = {"preset": "toy", "epochs": 4, "warmup_steps": 400}
 CORPUS_DEFAULTS = {"preset": "tutorial", "epochs": 20, "warmup_steps": 4000}
 
 
@@ -309,7 +310,7 @@ def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
     Example:
 
     >>> dataset_defaults("toy")
-    {'preset': 'toy', 'epochs': 3, 'warmup_steps': 400}
+    {'preset': 'toy', 'epochs': 4, 'warmup_steps': 400}
     """
     return dict(TOY_DEFAULTS if data is None and dataset == "toy" else CORPUS_DEFAULTS)
 
@@ -1304,8 +1305,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
                 "test": evaluation.to_dict() if evaluation else None,
                 "final_step": final_step,
                 "epochs": config.epochs,
-                "history": history,
                 "weights_sha256": fingerprint,
+                # This session's time (metrics.csv has every epoch's logs).
                 "seconds": round(time.perf_counter() - started, 1),
             }
             rundir.write_json_atomic(run_dir / rundir.METRICS_JSON, metrics)
