@@ -285,6 +285,7 @@ def main(argv=None) -> int:
     package_logger.addHandler(handler)
     package_logger.setLevel(logging.INFO)
     package_logger.propagate = False
+    logging.getLogger("absl").setLevel(logging.ERROR)  # TFDS' and TensorFlow's warnings
 
     import tensorflow as tf
 

@@ -1220,7 +1220,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
             steps_per_epoch,
             config.batch_size,
         )
-        if saved is not None:
+        if saved is not None and initial_step < total_steps:
             epoch, batch = divmod(initial_step, steps_per_epoch)
             logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                         epoch + 1, batch)
@@ -1260,8 +1260,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         train_started = time.perf_counter()
         step = initial_step
         if step >= total_steps:
-            logger.info("The run has already trained all %d epochs (%d steps).", config.epochs,
-                        total_steps)
+            logger.info("%s has already trained all %d epochs (%d steps); evaluating it.",
+                        run_dir, config.epochs, total_steps)
         else:
             epoch, offset = divmod(step, steps_per_epoch)
             if offset:  # finish the interrupted epoch first
