@@ -1,8 +1,9 @@
 """Attention: section 3.2 of Vaswani et al., 2017.
 
 - `scaled_dot_product_attention` (3.2.1),
-- `MultiHeadAttention` (3.2.2-3.2.3), with its own `wq`, `wk`, `wv`, `dense`,
-- the three uses of attention in the model (3.2.4) as named layers:
+- `MultiHeadAttention` (3.2.2), with its own `wq`, `wk`, `wv`, `dense`,
+- the three uses of attention in the model (3.2.3, "Applications of Attention
+  in our Model"; some outlines, and DESIGN.md, number it 3.2.4) as named layers:
   `EncoderSelfAttention`, `MaskedDecoderSelfAttention`, `EncoderDecoderAttention`
   (the newer tutorial calls them `GlobalSelfAttention`, `CausalSelfAttention`,
   `CrossAttention`; those names are aliases here).
@@ -87,7 +88,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 
 @keras.saving.register_keras_serializable(package="transformer")
 class MultiHeadAttention(keras.layers.Layer):
-    """Multi-head attention, sections 3.2.2 and 3.2.3 of Vaswani et al., 2017.
+    """Multi-head attention, section 3.2.2 of Vaswani et al., 2017.
 
     `MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O` with
     `head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`. The per-head projections are
@@ -406,7 +407,7 @@ class _AttentionBlock(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="transformer")
 class EncoderSelfAttention(_AttentionBlock):
-    """Encoder self-attention, the first use of attention in section 3.2.4.
+    """Encoder self-attention, the first use of attention in section 3.2.3.
 
     "In a self-attention layer all of the keys, values and queries come from the
     same place, in this case, the output of the previous layer in the encoder."
@@ -429,7 +430,7 @@ class EncoderSelfAttention(_AttentionBlock):
 
 @keras.saving.register_keras_serializable(package="transformer")
 class MaskedDecoderSelfAttention(_AttentionBlock):
-    """Masked decoder self-attention, the third use of attention in section 3.2.4.
+    """Masked decoder self-attention, the third use of attention in section 3.2.3.
 
     "Self-attention layers in the decoder allow each position in the decoder to
     attend to all positions in the decoder up to and including that position."
@@ -456,7 +457,7 @@ class MaskedDecoderSelfAttention(_AttentionBlock):
 
 @keras.saving.register_keras_serializable(package="transformer")
 class EncoderDecoderAttention(_AttentionBlock):
-    """Encoder-decoder attention, the second use of attention in section 3.2.4.
+    """Encoder-decoder attention, the second use of attention in section 3.2.3.
 
     "The queries come from the previous decoder layer, and the memory keys and
     values come from the output of the encoder."

@@ -67,7 +67,7 @@ _MASK_CONVENTION = "1 = masked (not allowed), 0 = allowed; rows = queries, colum
 # Masks and attention maps up to this size get their values written in the cells.
 _ANNOTATE_MAX_SIZE = 16
 
-# The roles of attention in the model (section 3.2.4), by DESIGN.md weight-dict key.
+# The roles of attention in the model (section 3.2.3), by DESIGN.md weight-dict key.
 _LAYER_NAME = re.compile(r"^(encoder|decoder)_layer(\d+)(?:_block([12]))?$")
 _ROLES = {
     ("encoder", None): "encoder self-attention",
@@ -586,7 +586,7 @@ def _plain_number(value):
 
 
 def attention_layer_description(layer_name: str | None) -> str:
-    """Names the role (section 3.2.4) of a DESIGN.md attention-weights key.
+    """Names the role (section 3.2.3) of a DESIGN.md attention-weights key.
 
     Args:
         layer_name: a key of the Transformer's weights dict: `encoder_layer{i}`,
@@ -714,10 +714,10 @@ def plot_attention_weights(
     nrows: int | None = None,
     figsize=None,
 ) -> Figure:
-    """Plots every head of one attention layer and block in a grid (section 3.2.3).
+    """Plots every head of one attention layer and block in a grid (section 3.2.2).
 
     Each head is titled "Head i" (counting from 1) and the figure names the
-    layer and its role (section 3.2.4), e.g.
+    layer and its role (section 3.2.3), e.g.
     "decoder_layer4_block2 (encoder-decoder attention)". All heads share one
     colour scale, from 0 to the largest weight of the layer, so heads can be
     compared; a single colour bar shows it.

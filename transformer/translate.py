@@ -249,7 +249,7 @@ class _CachedDecoder:
         for layer, (k_cache, v_cache), (k_ctx, v_ctx) in zip(
             self.layers, cache, cross_kv, strict=True
         ):
-            # Masked decoder self-attention (3.2.4): the query sees the cached
+            # Masked decoder self-attention (3.2.3): the query sees the cached
             # positions and itself; the future is not computed yet.
             block = layer.causal_self_attention
             k_cache = tf.concat(
