@@ -15,19 +15,20 @@ vocabulary sizes (7765 Portuguese, 7010 English word pieces):
    full run also times it eagerly, the way the tutorial's `Translator` runs
    in its notebook. Batch 1 and 32, source sentences of 16 and 64 random
    tokens. Both must give the same tokens; the script checks.
-2. **Latency against output length** (16, 32, 64, 128 tokens, batch 1,
-   64-token sources) for both, as a plot: the naive loop grows
+2. **Latency against output length** (16, 32, 64, 128 tokens, batch 1 and
+   32, 64-token sources) for both, as a plot: the naive loop grows
    quadratically (step `t` re-reads all `t` tokens), the cached one linearly.
 
-Every timing is the median of `--repeats` runs after a warm-up (tracing)
-run, the methods interleaved so that load from other processes hits both.
+Every timing is the median of `--repeats` runs right after a warm-up run
+of the same method (see `time_blocks` for why the methods are not
+interleaved).
 Results go to `bench/results/decode_speed.json` and
 `bench/results/decode_latency.png` (`*_quick.*` with `--quick`,
 `*_threads1.*` with `--threads 1`).
 
 Commands:
-    python bench/decode_speed.py --quick     # batch 1 and 32 at 64 tokens, ~1-2 min
-    python bench/decode_speed.py             # everything, a few minutes
+    python bench/decode_speed.py --quick     # batch 1 and 32 at 64 tokens, ~2 min
+    python bench/decode_speed.py             # everything, ~10 min on 2 cores
     python bench/decode_speed.py --threads 1 # one intra-op thread (less noise on a busy machine)
 """
 
@@ -81,28 +82,32 @@ def random_sources(batch, length, seed=0):
     return tf.constant(tokens)
 
 
-def time_interleaved(functions, repeats):
-    """Wall-clock and CPU seconds of each function, calls interleaved; one warm-up each.
+def time_blocks(functions, repeats):
+    """Wall-clock and CPU seconds of each function: a warm-up call, then `repeats` calls.
+
+    Each function runs as one block right after its own warm-up. Interleaving
+    the calls of the two loops would be fairer to a changing machine load, but
+    each naive run creates thousands of oneDNN kernels for its ever longer
+    shapes and evicts the other loop's kernels from oneDNN's primitive cache
+    (and the weights from the CPU caches), which made the cached loop look
+    twice as slow at 128 tokens as it is when it runs alone.
 
     The CPU time is the whole process's (all TensorFlow threads): on a busy
     machine it varies less than the wall-clock time, which includes waiting
     for a core.
     """
-    outputs = {name: fn() for name, fn in functions.items()}  # warm-up (tracing)
-    wall = {name: [] for name in functions}
-    cpu = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, fn in functions.items():
+    outputs, stats = {}, {}
+    for name, fn in functions.items():
+        outputs[name] = fn()  # warm-up (the first call also traces)
+        wall, cpu = [], []
+        for _ in range(repeats):
             started, started_cpu = time.perf_counter(), time.process_time()
             fn()
-            wall[name].append(time.perf_counter() - started)
-            cpu[name].append(time.process_time() - started_cpu)
-    stats = {
-        name: {"median_s": statistics.median(wall[name]), "min_s": min(wall[name]),
-               "cpu_median_s": statistics.median(cpu[name]), "runs_s": wall[name],
-               "cpu_runs_s": cpu[name]}
-        for name in functions
-    }
+            wall.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - started_cpu)
+        stats[name] = {"median_s": statistics.median(wall), "min_s": min(wall),
+                       "cpu_median_s": statistics.median(cpu), "runs_s": wall,
+                       "cpu_runs_s": cpu}
     return stats, outputs
 
 
@@ -139,7 +144,7 @@ def main(argv=None):
     for source_length in source_lengths:
         for batch in (1, 32):
             sources = random_sources(batch, source_length)
-            stats, outputs = time_interleaved(
+            stats, outputs = time_blocks(
                 {"cached": runner(cached_fn, sources, tokens_out),
                  "naive_compiled": runner(naive_fn, sources, tokens_out)},
                 repeats,
@@ -175,26 +180,30 @@ def main(argv=None):
                   f"{row['speedup_vs_compiled_cpu']:.1f}x){eager_text}; same tokens: {same}",
                   flush=True)
 
-    # 2. Latency against output length, batch 1.
+    # 2. Latency against output length, batch 1 (and 32 in the full run).
     lengths = [16, 32, 64] if args.quick else [16, 32, 64, 128]
-    sources = random_sources(1, 64)
-    curve = []
-    for length in lengths:
-        stats, outputs = time_interleaved(
-            {"cached": runner(cached_fn, sources, length),
-             "naive_compiled": runner(naive_fn, sources, length)},
-            repeats,
-        )
-        curve.append({
-            "output_tokens": length, "cached_s": stats["cached"]["median_s"],
-            "naive_compiled_s": stats["naive_compiled"]["median_s"],
-            "cached_cpu_s": stats["cached"]["cpu_median_s"],
-            "naive_compiled_cpu_s": stats["naive_compiled"]["cpu_median_s"],
-            "same_tokens": bool(np.array_equal(outputs["cached"],
-                                               outputs["naive_compiled"])),
-        })
-        print(f"batch 1, {length:3d} tokens: cached {curve[-1]['cached_s'] * 1000:7.1f} ms, "
-              f"naive compiled {curve[-1]['naive_compiled_s'] * 1000:7.1f} ms", flush=True)
+    curves = {}
+    for batch in (1,) if args.quick else (1, 32):
+        sources = random_sources(batch, 64)
+        curve = curves[batch] = []
+        for length in lengths:
+            stats, outputs = time_blocks(
+                {"cached": runner(cached_fn, sources, length),
+                 "naive_compiled": runner(naive_fn, sources, length)},
+                repeats if batch == 1 else min(repeats, 3),
+            )
+            curve.append({
+                "batch": batch, "output_tokens": length,
+                "cached_s": stats["cached"]["median_s"],
+                "naive_compiled_s": stats["naive_compiled"]["median_s"],
+                "cached_cpu_s": stats["cached"]["cpu_median_s"],
+                "naive_compiled_cpu_s": stats["naive_compiled"]["cpu_median_s"],
+                "same_tokens": bool(np.array_equal(outputs["cached"],
+                                                   outputs["naive_compiled"])),
+            })
+            print(f"batch {batch:2d}, {length:3d} tokens: cached "
+                  f"{curve[-1]['cached_s'] * 1000:7.1f} ms, naive compiled "
+                  f"{curve[-1]['naive_compiled_s'] * 1000:7.1f} ms", flush=True)
 
     tracing = {"cached": cached_fn.experimental_get_tracing_count(),
                "naive_compiled": naive_fn.experimental_get_tracing_count()}
@@ -205,20 +214,21 @@ def main(argv=None):
         "command": "python bench/decode_speed.py" + " ".join([""] + (argv or sys.argv[1:])),
         "preset": "tutorial", "config": config.to_dict(),
         "vocab": {"source": SOURCE_VOCAB, "target": TARGET_VOCAB},
-        "repeats": repeats, "statistic": "median of repeats after one warm-up run",
+        "repeats": repeats, "statistic": "median of repeats after one warm-up run of the same method",
         "threads": args.threads or "tensorflow default",
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                     "load_average_before": load_before, "load_average_after": load_after},
         "tensorflow": tf.__version__, "keras": keras.__version__,
         "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
-        "comparison": table, "latency_vs_length": curve, "tracing_count": tracing,
+        "comparison": table, "latency_vs_length": [p for c in curves.values() for p in c],
+        "tracing_count": tracing,
         "bar": BAR,
         "passes_bar": all(row["speedup_vs_compiled"] >= BAR for row in table),
     }
     json_path = RESULTS / f"decode_speed{suffix}.json"
     json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     plot_path = RESULTS / f"decode_latency{suffix}.png"
-    latency_figure(curve, load_before).savefig(plot_path, dpi=110, bbox_inches="tight")
+    latency_figure(curves, load_before).savefig(plot_path, dpi=100, bbox_inches="tight")
 
     print(f"\ntraced: cached {tracing['cached']}x, naive {tracing['naive_compiled']}x "
           f"(once each for every length and batch size); load average "
@@ -242,47 +252,51 @@ def main(argv=None):
     return 0
 
 
-def latency_figure(curve, load):
-    """Wall-clock and CPU time of both loops against output length, and the speedups.
+def latency_figure(curves, load):
+    """Time of both loops against output length, per batch size, and the speedups.
+
+    Args:
+        curves: `{batch: [point, ...]}` with the points of `main`.
+        load: the load average when the measurements started.
 
     Least-squares fits: step `t` of the naive loop costs `a + b t` (it re-runs
     the model over all `t` tokens), so `T` steps cost `a T + b T^2 / 2`; a
     cached step costs about the same at every `t`, so `T` steps cost `c + d T`.
     """
-    lengths = np.array([point["output_tokens"] for point in curve], float)
-    dense = np.linspace(0, lengths.max(), 100)
     quadratic = lambda t: np.stack([t, t * t], axis=1)  # noqa: E731
     linear = lambda t: np.stack([np.ones_like(t), t], axis=1)  # noqa: E731
-    figure = Figure(figsize=(13, 4))
-    wall_axes, cpu_axes, ratio_axes = figure.subplots(1, 3)
-    ratios = {}
-    for axes, suffix, what in ((wall_axes, "_s", "wall-clock"), (cpu_axes, "_cpu_s", "CPU")):
-        naive = np.array([point["naive_compiled" + suffix] for point in curve]) * 1000
-        cached = np.array([point["cached" + suffix] for point in curve]) * 1000
-        ratios[what] = naive / cached
+    figure = Figure(figsize=(10, 3.8 * len(curves)))
+    grid = np.array(figure.subplots(len(curves), 2)).reshape(len(curves), 2)
+    for (batch, curve), (time_axes, ratio_axes) in zip(curves.items(), grid, strict=True):
+        lengths = np.array([point["output_tokens"] for point in curve], float)
+        dense = np.linspace(0, lengths.max(), 100)
+        naive = np.array([point["naive_compiled_s"] for point in curve]) * 1000
+        cached = np.array([point["cached_s"] for point in curve]) * 1000
         for values, label, color, fit_label, basis in (
             (naive, "naive loop (re-runs the model)", "C3", "a T + b T² fit", quadratic),
             (cached, "cached decoding", "C0", "c + d T fit", linear),
         ):
-            axes.plot(lengths, values, "o", color=color, label=label)
+            time_axes.plot(lengths, values, "o", color=color, label=label)
             coefficients, *_ = np.linalg.lstsq(basis(lengths), values, rcond=None)
-            axes.plot(dense, basis(dense) @ coefficients, "--", color=color, linewidth=1,
-                      label=fit_label)
-        axes.set_xlabel("output tokens (forced)")
-        axes.set_ylabel(f"{what} time per sentence (ms)")
-        axes.set_title(f"{what[0].upper() + what[1:]} time, batch 1, 64-token source",
-                       fontsize=10)
-        axes.legend(fontsize=8)
-        axes.set_xlim(0, None)
-        axes.set_ylim(0, None)
-    for (what, ratio), color in zip(ratios.items(), ("C2", "C1"), strict=True):
-        ratio_axes.plot(lengths, ratio, "o-", color=color, label=f"{what} time")
-    ratio_axes.axhline(BAR, color="grey", linestyle=":", label=f"{BAR:.0f}x bar")
-    ratio_axes.set_xlabel("output tokens (forced)")
-    ratio_axes.set_ylabel("speedup (naive / cached)")
-    ratio_axes.set_title("Speedup of cached decoding", fontsize=10)
-    ratio_axes.set_ylim(0, None)
-    ratio_axes.legend(fontsize=8)
+            time_axes.plot(dense, basis(dense) @ coefficients, "--", color=color,
+                           linewidth=1, label=fit_label)
+        time_axes.set_xlabel("output tokens (forced)")
+        time_axes.set_ylabel("wall-clock time per batch (ms)")
+        time_axes.set_title(f"Batch {batch}, 64-token sources", fontsize=10)
+        time_axes.legend(fontsize=8)
+        time_axes.set_xlim(0, None)
+        time_axes.set_ylim(0, None)
+        for suffix, label, color in (("_s", "wall-clock time", "C2"),
+                                     ("_cpu_s", "CPU time", "C1")):
+            ratio = np.array([p["naive_compiled" + suffix] / p["cached" + suffix]
+                              for p in curve])
+            ratio_axes.plot(lengths, ratio, "o-", color=color, label=label)
+        ratio_axes.axhline(BAR, color="grey", linestyle=":", label=f"{BAR:.0f}x bar")
+        ratio_axes.set_xlabel("output tokens (forced)")
+        ratio_axes.set_ylabel("speedup (naive / cached)")
+        ratio_axes.set_title(f"Speedup of cached decoding, batch {batch}", fontsize=10)
+        ratio_axes.set_ylim(0, None)
+        ratio_axes.legend(fontsize=8)
     figure.suptitle(f"Greedy decoding, tutorial preset, random weights, CPU "
                     f"(load average {load[0]:.1f})", fontsize=10)
     figure.tight_layout()
