@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -283,11 +284,14 @@ def load_baseline(revision: str):
     `baseline`). Only the model comes from the baseline; the loss and the
     optimizer are this tree's.
     """
+    import atexit
     import re
+    import shutil
     import tarfile
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="train_speed_baseline_"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "transformer"],
                              capture_output=True, check=False)
     if archive.returncode:
@@ -548,9 +552,10 @@ def measure_rss(contender, preset, precision):
 
 def _category(name, op):
     lname = name.lower()
-    if op in ("Einsum", "_MklEinsum") and any(
-            f"/{part}/" in lname for part in ("query", "key", "value", "attention_output")):
-        return "matmul: projections and feed-forward"  # Keras's EinsumDense projections
+    if re.search(r"/(query|key|value|attention_output)(_\d+)?/", lname):
+        # Keras's EinsumDense projections run as (batch) matmuls.
+        if "MatMul" in op or "Einsum" in op:
+            return "matmul: projections and feed-forward"
     if op in ("_MklBatchMatMulV2", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "_MklEinsum"):
         return "matmul: attention Q K^T and weights @ V"
     if "MatMul" in op:
@@ -853,6 +858,8 @@ def parse_args(argv=None):
     parser.add_argument("--what-if", action="store_true",
                         help="also time ours and the reference with a jit-compiled loss of the "
                         "same math (a proposal for transformer/training.py)")
+    parser.add_argument("--no-timing", action="store_true",
+                        help="skip the timed configurations (e.g. to profile only)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS children")
     parser.add_argument("--no-profile", action="store_true", help="skip the profile")
     parser.add_argument("--no-scaling", action="store_true", help="skip the scaling plots")
@@ -912,7 +919,7 @@ def main(argv=None):
                           f"{rss['vm_hwm_mib']:7.0f} MiB, ru_maxrss {rss['ru_maxrss_mib']:7.0f} MiB",
                           flush=True)
 
-    if "ours" in contenders and REFERENCE in contenders and not args.quick:
+    if "ours" in contenders and REFERENCE in contenders and not (args.quick or args.no_timing):
         for preset in presets:
             diff, scale = max_logit_difference(PRESETS[preset], WORKLOADS[preset])
             print(f"equal math ({preset}): max |logits ours - reference| = {diff:.2e} "
@@ -920,7 +927,7 @@ def main(argv=None):
 
     started = time.perf_counter()
     results = []
-    for preset in presets:
+    for preset in presets if not args.no_timing else []:
         for precision in precisions:
             print(f"\n== {preset} / {precision}: warm-up {args.warmup}, {args.rounds} rounds ==",
                   flush=True)
@@ -928,7 +935,7 @@ def main(argv=None):
             results.append(res)
             print("\n".join(format_config(res)), flush=True)
 
-    if not args.quick and "ours" in contenders and REFERENCE in contenders \
+    if not (args.quick or args.no_timing) and "ours" in contenders and REFERENCE in contenders \
             and "tutorial" in presets:
         side = ["ours@float32"] + [f"ours@{p}" for p in precisions if p != "float32"]
         side.append(f"{REFERENCE}@float32")
@@ -938,7 +945,7 @@ def main(argv=None):
         results.append(res)
         print("\n".join(format_config(res)), flush=True)
 
-    if (args.what_if or not args.quick) and "tutorial" in presets:
+    if (args.what_if or not args.quick) and not args.no_timing and "tutorial" in presets:
         what_if = ["ours", "ours+xla_loss", REFERENCE, f"{REFERENCE}+xla_loss"]
         print(f"\n== what-if for training.py (tutorial, float32): {', '.join(what_if)} ==",
               flush=True)
@@ -969,7 +976,7 @@ def main(argv=None):
         print(f"  [{'met' if ok else 'NOT met'}] {text}: {shown}")
     print(f"\ntotal {time.perf_counter() - started:.0f} s, load {load_average():.2f}")
 
-    if not args.quick:
+    if not (args.quick or args.no_timing):
         args.out.mkdir(parents=True, exist_ok=True)
         payload = {"machine": info, "default_precision": default_precision,
                    "default_precision_source": default_source,
