@@ -20,46 +20,18 @@ import logging
 import os
 import sys
 
+from cli import (
+    OneLineErrorParser,
+    hide_native_stderr,
+    non_negative_int,
+    positive_int,
+    rate,
+    report_error,
+)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # hide the C++ logs of TensorFlow (its errors raise in Python)
 
 PROG = "train.py"
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
-def _rate(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # Option name -> RunConfig field, where they differ.
@@ -88,7 +60,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     def default(value):
         return argparse.SUPPRESS if suppress_defaults else value
 
-    parser = _Parser(
+    parser = OneLineErrorParser(
         prog=PROG,
         description="Train a Transformer translator (Vaswani et al., 2017). With no "
         "arguments: the toy Portuguese-to-English corpus and the `toy` model, evaluated on "
@@ -109,10 +81,10 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help="validation pairs (default: split off --data)")
     group.add_argument("--test", metavar="FILE.tsv", default=default(None),
                        help="test pairs (default: split off --data)")
-    group.add_argument("--source-column", type=_non_negative_int, metavar="N",
+    group.add_argument("--source-column", type=non_negative_int, metavar="N",
                        default=default(d.source_column),
                        help=f"TSV column of the source sentence, from 0 (default: {d.source_column})")
-    group.add_argument("--target-column", type=_non_negative_int, metavar="N",
+    group.add_argument("--target-column", type=non_negative_int, metavar="N",
                        default=default(d.target_column),
                        help=f"TSV column of the target sentence (default: {d.target_column})")
     group.add_argument("--skip-bad-lines", action="store_true", default=default(False),
@@ -122,11 +94,11 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        "not on disk (default: never download)")
     group.add_argument("--tfds-data-dir", metavar="DIR", default=default(None),
                        help="TFDS data directory (default: TFDS' own, ~/tensorflow_datasets)")
-    group.add_argument("--max-tokens", type=_positive_int, metavar="N", default=default(None),
+    group.add_argument("--max-tokens", type=positive_int, metavar="N", default=default(None),
                        help="longest sentence in tokens; longer ones are trimmed, keeping [END] "
                        f"(default: the model's max_length, {toy.max_length} for toy, "
                        f"{tutorial.max_length} for tutorial)")
-    group.add_argument("--vocab-size", type=_positive_int, metavar="N",
+    group.add_argument("--vocab-size", type=positive_int, metavar="N",
                        default=default(d.vocab_size),
                        help=f"largest subword vocabulary per language (default: {d.vocab_size})")
 
@@ -139,38 +111,38 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        + ", ".join(f"{k}={v}" for k, v in tutorial.to_dict().items()) + ")")
     for option, field in (("--num-layers", "num_layers"), ("--d-model", "d_model"),
                           ("--num-heads", "num_heads"), ("--dff", "dff")):
-        group.add_argument(option, type=_positive_int, metavar="N", default=default(None),
+        group.add_argument(option, type=positive_int, metavar="N", default=default(None),
                            help=f"(default: the preset's, {getattr(toy, field)} for toy, "
                            f"{getattr(tutorial, field)} for tutorial)")
-    group.add_argument("--dropout", type=_rate, metavar="RATE", default=default(None),
+    group.add_argument("--dropout", type=rate, metavar="RATE", default=default(None),
                        help=f"dropout rate (default: the preset's, {toy.dropout_rate} for toy, "
                        f"{tutorial.dropout_rate} for tutorial)")
 
     group = parser.add_argument_group("training")
-    group.add_argument("--batch-size", type=_positive_int, metavar="N",
+    group.add_argument("--batch-size", type=positive_int, metavar="N",
                        default=default(d.batch_size),
                        help=f"sentence pairs per step, over all devices (default: {d.batch_size})")
-    group.add_argument("--epochs", type=_positive_int, metavar="N", default=default(None),
+    group.add_argument("--epochs", type=positive_int, metavar="N", default=default(None),
                        help="epochs to train; may grow on --resume (default: "
                        f"{TOY_DEFAULTS['epochs']} for the toy corpus, {CORPUS_DEFAULTS['epochs']} "
                        "otherwise)")
-    group.add_argument("--steps-per-epoch", type=_positive_int, metavar="N",
+    group.add_argument("--steps-per-epoch", type=positive_int, metavar="N",
                        default=default(d.steps_per_epoch),
                        help="updates per epoch (default: "
                        + (str(d.steps_per_epoch) if d.steps_per_epoch else
                           "one pass over the training pairs") + ")")
-    group.add_argument("--warmup-steps", type=_positive_int, metavar="N",
+    group.add_argument("--warmup-steps", type=positive_int, metavar="N",
                        default=default(None),
                        help="learning-rate warm-up of the paper's schedule (default: "
                        f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
                        f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper)")
-    group.add_argument("--label-smoothing", type=_rate, metavar="EPS",
+    group.add_argument("--label-smoothing", type=rate, metavar="EPS",
                        default=default(d.label_smoothing),
                        help=f"label smoothing, 0 for none (default: {d.label_smoothing})")
-    group.add_argument("--seed", type=_non_negative_int, metavar="N", default=default(d.seed),
+    group.add_argument("--seed", type=non_negative_int, metavar="N", default=default(d.seed),
                        help="fixes corpus, tokenizers, initial weights and data order "
                        f"(default: {d.seed})")
-    group.add_argument("--checkpoint-every", type=_positive_int, metavar="N",
+    group.add_argument("--checkpoint-every", type=positive_int, metavar="N",
                        default=default(d.checkpoint_every),
                        help="save the training state every N steps, and after every epoch "
                        f"(default: {d.checkpoint_every})")
@@ -186,7 +158,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--no-export", action="store_true", default=default(False),
                        help="do not export the translator to <output-dir>/export (default: "
                        "export it)")
-    group.add_argument("--examples", type=_non_negative_int, metavar="N",
+    group.add_argument("--examples", type=non_negative_int, metavar="N",
                        default=default(d.num_examples),
                        help=f"example translations to print (default: {d.num_examples})")
 
@@ -203,7 +175,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help="default: one device; mirrored: all GPUs (or --cpu-devices) of "
                        "this machine; multi-worker: several machines, from TF_CONFIG "
                        f"(default: {d.strategy})")
-    group.add_argument("--cpu-devices", type=_positive_int, metavar="N", default=default(None),
+    group.add_argument("--cpu-devices", type=positive_int, metavar="N", default=default(None),
                        help="split the CPU into N logical devices, to try --strategy mirrored "
                        "without GPUs (default: 1)")
     return parser
@@ -255,12 +227,11 @@ def _import_tensorflow_quietly():
     """Imports TensorFlow with its C++ start-up messages (oneDNN, CUDA probing) hidden.
 
     They are written to the stderr file descriptor before TensorFlow reads any
-    log-level setting, so the descriptor is pointed at /dev/null meanwhile.
-    Python errors are raised after it is restored.
+    log-level setting, so the descriptor points at /dev/null meanwhile (see
+    `cli.hide_native_stderr`); later native messages show. Python errors are
+    raised after it is restored.
     """
-    saved = os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
+    restore = hide_native_stderr()
     try:
         import keras  # noqa: F401
         import tensorflow as tf
@@ -268,9 +239,7 @@ def _import_tensorflow_quietly():
 
         tf.config.list_physical_devices()  # probes for GPUs; devices stay configurable
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
+        restore()
 
 
 def main(argv=None) -> int:
@@ -298,9 +267,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: interrupted; continue with --resume.", file=sys.stderr)
         return 130
     except (ValueError, OSError, TrainingError, tf.errors.OpError) as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 1
+        return report_error(PROG, err)
     if result.is_chief:
         _print_result(result)
     return 0

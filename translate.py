@@ -12,36 +12,25 @@ standard output, one per line, in order.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
 from pathlib import Path
 
+from cli import (
+    OneLineErrorParser,
+    hide_native_stderr,
+    non_negative_float,
+    positive_int,
+    report_error,
+)
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+PROG = "translate.py"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="translate.py",
+    parser = OneLineErrorParser(
+        prog=PROG,
         description="Translate sentences with a trained run directory (see train.py).",
     )
     parser.add_argument("sentences", nargs="*",
@@ -49,12 +38,12 @@ def parse_args(argv=None):
                              "line, when none are given")
     parser.add_argument("--run", required=True, metavar="DIR",
                         help="the run directory written by train.py (e.g. runs/toy)")
-    parser.add_argument("--beam", type=_positive_int, default=1, metavar="N",
+    parser.add_argument("--beam", type=positive_int, default=1, metavar="N",
                         help="beam size; 1 (the default) is greedy decoding, the paper "
                              "uses 4")
-    parser.add_argument("--alpha", type=_non_negative_float, default=None,
+    parser.add_argument("--alpha", type=non_negative_float, default=None,
                         help="length penalty exponent of beam search (default 0.6)")
-    parser.add_argument("--max-length", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--max-length", type=positive_int, default=None, metavar="N",
                         help="the most output tokens per sentence (default 128, at most "
                              "the model's max_length)")
     parser.add_argument("--plot", metavar="FILE.png", default=None,
@@ -165,41 +154,19 @@ def run(args):
     return 0
 
 
-def _hide_native_stderr():
-    """Sends what TensorFlow's C++ code writes to file descriptor 2 to /dev/null.
-
-    TensorFlow prints start-up notices (oneDNN, CUDA) straight to the file
-    descriptor, past `TF_CPP_MIN_LOG_LEVEL`. Python's `sys.stderr` keeps the
-    original stream, so warnings and errors of this program still show.
-    """
-    try:
-        sys.stderr.flush()
-        original = os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-        sys.stderr = os.fdopen(original, "w", buffering=1, encoding="utf-8",
-                               errors="backslashreplace")
-    except (OSError, ValueError):
-        pass  # no usable file descriptor 2 (e.g. embedded); keep things as they are
-
-
 def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if not args.verbose:
-        _hide_native_stderr()
+        hide_native_stderr()  # for the whole run: TensorFlow is imported lazily
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
         return run(args)
     except KeyboardInterrupt:
-        print("translate.py: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - one line for people, no traceback
-        lines = str(err).strip().splitlines()
-        message = lines[0] if lines else type(err).__name__
-        print(f"translate.py: error: {message}", file=sys.stderr)
-        return 1
+        return report_error(PROG, err)
 
 
 if __name__ == "__main__":

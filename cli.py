@@ -1,0 +1,225 @@
+"""What the two command-line scripts, train.py and translate.py, share.
+
+Argument types that reject bad values with a message naming the value, an
+`argparse.ArgumentParser` whose errors are one line, the one-line report of an
+error, and the hiding of TensorFlow's native start-up messages. Standard
+library only: importing it does not import TensorFlow. It lives next to the
+scripts, not in the `transformer` package, which has no argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+
+__all__ = [
+    "OneLineErrorParser",
+    "hide_native_stderr",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_int",
+    "rate",
+    "report_error",
+]
+
+
+def _int_or_none(text):
+    try:
+        return int(text)
+    except ValueError:  # also too many digits
+        return None
+
+
+def _float_or_none(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def positive_int(text: str) -> int:
+    """Argument type: an integer >= 1.
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The integer.
+
+    Raises:
+        argparse.ArgumentTypeError: `text` is not an integer, or is below 1.
+
+    Example:
+        >>> positive_int("4")
+        4
+    """
+    value = _int_or_none(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """Argument type: an integer >= 0.
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The integer.
+
+    Raises:
+        argparse.ArgumentTypeError: `text` is not an integer, or is negative.
+
+    Example:
+        >>> non_negative_int("0")
+        0
+    """
+    value = _int_or_none(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def rate(text: str) -> float:
+    """Argument type: a rate in [0, 1), such as dropout or label smoothing.
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The number.
+
+    Raises:
+        argparse.ArgumentTypeError: `text` is not a number in [0, 1) (nan is not).
+
+    Example:
+        >>> rate("0.1")
+        0.1
+    """
+    value = _float_or_none(text)
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """Argument type: a finite number >= 0, such as beam search's length penalty.
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The number.
+
+    Raises:
+        argparse.ArgumentTypeError: `text` is not a number, or is negative, inf or nan.
+
+    Example:
+        >>> non_negative_float("0.6")
+        0.6
+    """
+    value = _float_or_none(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An `argparse.ArgumentParser` whose usage errors are one line.
+
+    Instead of the usage and the error, it prints
+    `PROG: error: MESSAGE (see PROG --help)` to standard error and exits with
+    status 2, as argparse does.
+
+    Example:
+        >>> parser = OneLineErrorParser(prog="train.py")
+        >>> _ = parser.add_argument("--epochs", type=positive_int)
+        >>> parser.parse_args(["--epochs", "0"])  # doctest: +SKIP
+        train.py: error: argument --epochs: expected a positive integer, got '0' (see train.py --help)
+    """
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def report_error(prog: str, err: BaseException) -> int:
+    """Prints `err` as one line, `PROG: error: MESSAGE`, to standard error.
+
+    Args:
+        prog: the script's name, such as "train.py".
+        err: the exception; only the first line of its message is shown, or its
+            type name when the message is empty.
+
+    Returns:
+        1, the exit status for the script to return.
+
+    Example:
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()) as stderr:
+        ...     status = report_error("translate.py", ValueError("no such run\\ndetails"))
+        >>> status, stderr.getvalue()
+        (1, 'translate.py: error: no such run\\n')
+    """
+    lines = str(err).strip().splitlines()
+    message = lines[0] if lines else type(err).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _keep_as_is() -> None:
+    """The `restore` of `hide_native_stderr` when nothing was changed."""
+
+
+def hide_native_stderr() -> Callable[[], None]:
+    """Sends what native code writes to file descriptor 2 to /dev/null.
+
+    TensorFlow's C++ code prints start-up notices (oneDNN, CUDA probing)
+    straight to the file descriptor, before it reads `TF_CPP_MIN_LOG_LEVEL`.
+    `sys.stderr` is re-opened on a copy of the original descriptor, so the
+    program's own warnings and errors still show.
+
+    Returns:
+        `restore()`, which points descriptor 2 and `sys.stderr` back; a script
+        that hides the notices for its whole life need not call it. Without a
+        usable descriptor 2 (embedded Python, say) nothing is changed and
+        `restore` does nothing.
+
+    Example:
+        >>> restore = hide_native_stderr()
+        >>> try:
+        ...     import tensorflow as tf  # doctest: +SKIP
+        ... finally:
+        ...     restore()
+    """
+    previous = sys.stderr
+    try:
+        previous.flush()
+        original = os.dup(2)
+    except (AttributeError, OSError, ValueError):  # no sys.stderr, or no descriptor 2
+        return _keep_as_is
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        os.close(original)
+        return _keep_as_is
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    stream = os.fdopen(original, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    sys.stderr = stream
+
+    def restore() -> None:
+        if stream.closed:
+            return
+        stream.flush()
+        os.dup2(stream.fileno(), 2)
+        if sys.stderr is stream:
+            sys.stderr = previous
+        stream.close()
+
+    return restore
