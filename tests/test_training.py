@@ -69,6 +69,53 @@ def test_label_smoothing_matches_keras_on_real_tokens():
     assert float(masked_loss(label, logits, 0.2)) == pytest.approx(float(reference), rel=1e-5)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_xla_loss_value_and_gradient_match_keras(eps):
+    # The step's loss is compiled by XLA; inside a tf.function (as in `fit`) and
+    # for several padded lengths, its value and its gradient with respect to
+    # the logits must be those of Keras's categorical cross-entropy over the
+    # real tokens, also for logits far from 0.
+    loss_fn = MaskedLoss(label_smoothing=eps)
+    rng = np.random.default_rng(2)
+
+    @tf.function(reduce_retracing=True)
+    def ours(label, logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = loss_fn(label, logits)
+        return loss, tape.gradient(loss, logits)
+
+    def reference(label, logits):
+        keep = label != 0
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=eps)(
+                tf.one_hot(label[keep], logits.shape[-1]), tf.boolean_mask(logits, keep)
+            )
+        return loss, tape.gradient(loss, logits)
+
+    for length, scale in [(3, 1.0), (7, 30.0), (5, 1e3)]:
+        logits = tf.constant(scale * rng.standard_normal((4, length, 11)), tf.float32)
+        label = rng.integers(1, 11, size=(4, length)).astype(np.int32)
+        label[:, length // 2 + 1:] = 0  # padding at the end of every sentence
+        loss, grad = ours(label, logits)
+        want_loss, want_grad = reference(label, logits)
+        assert np.isfinite(float(loss))
+        assert float(loss) == pytest.approx(float(want_loss), rel=1e-5, abs=1e-5 * scale)
+        np.testing.assert_allclose(grad.numpy(), want_grad.numpy(), atol=1e-6)
+        assert not np.any(grad.numpy()[label == 0])  # padding gets no gradient
+
+
+def test_loss_of_bfloat16_logits_is_computed_in_float32():
+    rng = np.random.default_rng(3)
+    logits = tf.constant(rng.standard_normal((2, 4, 9)), tf.bfloat16)
+    label = rng.integers(1, 9, size=(2, 4)).astype(np.int32)
+    loss = masked_loss(label, logits, 0.1)
+    assert loss.dtype == tf.float32
+    want = masked_loss(label, tf.cast(logits, tf.float32), 0.1)
+    assert float(loss) == pytest.approx(float(want), rel=1e-6)
+
+
 @pytest.mark.parametrize("bad", [-0.1, 1.0, "0.1", True])
 def test_label_smoothing_rejects_bad_values(bad):
     with pytest.raises(ValueError, match="label_smoothing"):
