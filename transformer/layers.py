@@ -10,6 +10,7 @@ import keras
 
 from transformer._validation import check_positive_int, check_rate
 from transformer.attention import (
+    Dropout,
     EncoderDecoderAttention,
     EncoderSelfAttention,
     MaskedDecoderSelfAttention,
@@ -77,7 +78,7 @@ class _LayerBase(keras.layers.Layer):
         self.dropout_rate = dropout_rate
         policy = self.dtype_policy
         self.ffn = FeedForward(d_model, dff, dtype=policy, name="ffn")
-        self.ffn_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
+        self.ffn_dropout = Dropout(dropout_rate, dtype=policy)
         self.ffn_layernorm = keras.layers.LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="ffn_layernorm"
         )

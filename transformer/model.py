@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from transformer._validation import check_positive_int, check_rate
+from transformer.attention import Dropout
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
 from transformer.positional import PositionalEmbedding
@@ -44,7 +45,7 @@ class _Stack(keras.layers.Layer):
         self.pos_embedding = PositionalEmbedding(
             vocab_size, d_model, max_length, dtype=policy, name="pos_embedding"
         )
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
+        self.dropout = Dropout(dropout_rate, dtype=policy)
 
     def get_config(self):
         config = super().get_config()
