@@ -386,14 +386,16 @@ def _layer_norm(z, gamma, beta, epsilon):
         z_hat = centered * inv_std  # (..., d_model)
 
         def grad(dy):
-            g = dy * gamma  # (..., d_model)
-            dz = inv_std * (
-                g
-                - tf.reduce_mean(g, axis=-1, keepdims=True)
-                - z_hat * tf.reduce_mean(g * z_hat, axis=-1, keepdims=True)
-            )
-            leading = tf.range(tf.rank(dy) - 1)  # every axis but the last
-            return dz, tf.reduce_sum(dy * z_hat, axis=leading), tf.reduce_sum(dy, axis=leading)
+            with tf.name_scope("layer_norm_grad"):  # named, for profiles
+                g = dy * gamma  # (..., d_model)
+                dz = inv_std * (
+                    g
+                    - tf.reduce_mean(g, axis=-1, keepdims=True)
+                    - z_hat * tf.reduce_mean(g * z_hat, axis=-1, keepdims=True)
+                )
+                leading = tf.range(tf.rank(dy) - 1)  # every axis but the last
+                dgamma = tf.reduce_sum(dy * z_hat, axis=leading)  # (d_model,)
+                return dz, dgamma, tf.reduce_sum(dy, axis=leading)
 
         return z_hat * gamma + beta, grad
 
