@@ -78,7 +78,10 @@ class Dropout(keras.layers.Dropout):
         )  # full-range random 32-bit integers, one per two elements
         halves = tf.reshape(tf.bitcast(bits, tf.uint16), (-1,))[:size]  # (size,)
         keep = tf.reshape(halves >= threshold, tf.shape(inputs))
-        return tf.where(keep, inputs * tf.cast(scale, inputs.dtype), tf.zeros_like(inputs))
+        # A mask of 0 and 1 / keep probability, then one product: its gradient
+        # is a single product with the same mask.
+        mask = tf.where(keep, tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))
+        return inputs * mask
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):
