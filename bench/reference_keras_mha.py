@@ -224,3 +224,30 @@ def copy_weights_from_ours(ours, ref):
         ffn(src, dst.ffn)
     dense(ours.final_layer, ref.final_layer)
     return ref
+
+
+def tutorial_masked_loss(label_smoothing=0.0):
+    """The reference's loss: the tutorial's `masked_loss`, at our label smoothing.
+
+    As in the tutorial, a Keras cross-entropy loss object with `reduction=None`
+    gives every token's loss, padding (id 0) is multiplied away, and the sum is
+    divided by the number of real tokens. The tutorial uses
+    `SparseCategoricalCrossentropy` without label smoothing; with smoothing
+    (train.py's default 0.1, equal math with ours) Keras's way is
+    `CategoricalCrossentropy(label_smoothing=...)` on one-hot labels.
+    """
+    if label_smoothing:
+        loss_object = keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=label_smoothing, reduction=None)
+    else:
+        loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def masked_loss(label, pred):
+        if label_smoothing:
+            loss = loss_object(tf.one_hot(tf.cast(label, tf.int32), tf.shape(pred)[-1]), pred)
+        else:
+            loss = loss_object(label, pred)  # (batch, target_len)
+        mask = tf.cast(label != PAD_ID, loss.dtype)
+        return tf.reduce_sum(loss * mask) / tf.reduce_sum(mask)
+
+    return masked_loss
