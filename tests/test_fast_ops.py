@@ -35,7 +35,7 @@ def test_layer_norm_value_and_gradients_equal_keras(shape):
     ours, ours_grads = grads(lambda: add_and_layer_norm(layer, x, y))
     want, want_grads = grads(lambda: layer(x + y))
     np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
-    for name, got, expected in zip(["x", "y", "gamma", "beta"], ours_grads, want_grads):
+    for name, got, expected in zip(["x", "y", "gamma", "beta"], ours_grads, want_grads, strict=True):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4,
                                    err_msg=f"gradient of {name}")
 
