@@ -65,10 +65,12 @@ class Dropout(keras.layers.Dropout):
     _LEVELS = 1 << 16  # values of a 16-bit half
 
     def call(self, inputs, training=False):
-        if not training or self.rate <= 0 or self.noise_shape is not None or self.rate >= 1:
+        threshold = round(self.rate * self._LEVELS)
+        if not training or self.noise_shape is not None or not 0 < threshold < self._LEVELS:
+            # Keras's own draw: no noise to draw, a noise shape, or a rate within
+            # 1/131072 of 0 or 1, which 16 bits cannot resolve.
             return super().call(inputs, training=training)
         inputs = tf.convert_to_tensor(inputs)
-        threshold = round(self.rate * self._LEVELS)
         scale = self._LEVELS / (self._LEVELS - threshold)  # 1 / keep probability
         # Keras's seed state is int64; the stateless TensorFlow ops take int32.
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), 2**31 - 2), tf.int32)
