@@ -106,6 +106,19 @@ def test_xla_loss_value_and_gradient_match_keras(eps):
         assert not np.any(grad.numpy()[label == 0])  # padding gets no gradient
 
 
+@pytest.mark.parametrize("bad_id", [5, -1])
+def test_loss_rejects_labels_outside_the_vocabulary(bad_id):
+    # XLA's gather would clamp the index; the loss must fail as TensorFlow's does.
+    pred = tf.zeros((1, 2, 4))
+    label = tf.constant([[bad_id, 2]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="target token id outside"):
+        masked_loss(label, pred)
+    loss_fn = MaskedLoss(0.1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="target token id outside"):
+        tf.function(loss_fn)(label, pred)
+    assert np.isfinite(float(masked_loss(tf.constant([[3, 2]]), pred)))  # the edge id is fine
+
+
 def test_loss_of_bfloat16_logits_is_computed_in_float32():
     rng = np.random.default_rng(3)
     logits = tf.constant(rng.standard_normal((2, 4, 9)), tf.bfloat16)

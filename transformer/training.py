@@ -126,10 +126,31 @@ def _token_losses(label, pred, label_smoothing):
 # logits (forward and gradient). The logits are the step's largest tensor
 # (batch x target_len x target vocabulary: 115 MB for the tutorial preset);
 # TensorFlow's separate kernels read and write it about ten times, so this one
-# function made the tutorial-preset step 1.14x faster on our 2-core CPU
+# function made the tutorial-preset step 1.15x faster on our 2-core CPU
 # (BENCHMARKS.md). XLA compiles once per new logits shape (~0.4 s here), which
 # a training run pays once per distinct padded target length.
 _xla_token_losses = tf.function(_token_losses, jit_compile=True, reduce_retracing=True)
+
+
+def _checked_token_losses(label, pred, label_smoothing):
+    """`_xla_token_losses` after checking that every label indexes the logits.
+
+    XLA's gather clamps an out-of-range index where TensorFlow's raises, so a
+    target vocabulary larger than the model's would otherwise train silently
+    on wrong logits. The check is one pass over the `(batch, target_len)` ids.
+    """
+    label = tf.cast(label, tf.int32)  # (batch, target_len)
+    message = (
+        "Received a target token id outside [0, vocab_size) of the logits: the target "
+        "tokenizer's vocabulary does not match the model's target_vocab_size."
+    )
+    checks = [
+        tf.debugging.assert_non_negative(label, message=message),
+        tf.debugging.assert_less(label, tf.shape(pred)[-1], message=message),
+    ]
+    with tf.control_dependencies(checks):
+        label = tf.identity(label)
+    return _xla_token_losses(label, pred, label_smoothing)  # (batch, target_len)
 
 
 def masked_loss(label, pred, label_smoothing=0.0):
@@ -157,7 +178,7 @@ def masked_loss(label, pred, label_smoothing=0.0):
     0.6931
     """
     label_smoothing = _check_label_smoothing(label_smoothing)
-    loss = _xla_token_losses(label, pred, label_smoothing)  # (batch, target_len)
+    loss = _checked_token_losses(label, pred, label_smoothing)  # (batch, target_len)
     mask = tf.cast(tf.not_equal(tf.cast(label, tf.int32), PAD_ID), loss.dtype)
     return tf.math.divide_no_nan(tf.reduce_sum(loss * mask), tf.reduce_sum(mask))
 
@@ -194,7 +215,7 @@ class MaskedLoss(keras.losses.Loss):
         # full). Weighting each real token by size / real tokens turns that
         # reduction into the mean over the real tokens.
         label = tf.cast(y_true, tf.int32)  # (batch, target_len)
-        loss = _xla_token_losses(label, y_pred, self.label_smoothing)  # (batch, target_len)
+        loss = _checked_token_losses(label, y_pred, self.label_smoothing)  # (batch, target_len)
         mask = tf.cast(tf.not_equal(label, PAD_ID), loss.dtype)
         size = tf.cast(tf.size(mask), loss.dtype)
         return loss * mask * tf.math.divide_no_nan(size, tf.reduce_sum(mask))
