@@ -322,9 +322,18 @@ def max_logit_difference(cfg, work):
 # ---------------------------------------------------------------------------
 
 
+def matmul_dtype(precision):
+    """The dtype of a precision policy's matrix products."""
+    return {"mixed_bfloat16": tf.bfloat16, "mixed_float16": tf.float16}.get(precision, tf.float32)
+
+
+def paired_speedup(reference_times, times) -> float:
+    """Median over rounds of reference time / time: > 1 means faster than the reference."""
+    return float(np.median(np.asarray(reference_times) / np.asarray(times)))
+
+
 def matmul_ceiling_fn(precision):
-    dtype = tf.bfloat16 if precision == "mixed_bfloat16" else (
-        tf.float16 if precision == "mixed_float16" else tf.float32)
+    dtype = matmul_dtype(precision)
     a = tf.cast(tf.random.stateless_normal((CEILING_N, CEILING_N), seed=(1, 2)), dtype)
     b = tf.cast(tf.random.stateless_normal((CEILING_N, CEILING_N), seed=(3, 4)), dtype)
     @tf.function(autograph=False)
@@ -363,8 +372,7 @@ def step_matmuls_fn(cfg, work, precision):
     the same rounds, it is the best a step could do if everything else were
     free: the real upper bound of "of ceiling" at these matrix sizes.
     """
-    dtype = tf.bfloat16 if precision == "mixed_bfloat16" else (
-        tf.float16 if precision == "mixed_float16" else tf.float32)
+    dtype = matmul_dtype(precision)
     shapes = step_matmul_shapes(cfg, work["batch"], work["seq_len"], work["seq_len"],
                                 work["target_vocab"])
     rng = np.random.default_rng(0)
@@ -495,19 +503,14 @@ def bench_config(preset, precision, contenders, args):
             "matmul_share": matmuls_med / med,
         }
         if reference is not None and name != reference:
-            # Per round, reference time / our time: > 1 means faster than the reference.
-            paired = np.asarray(times[reference]) / t
-            paired_cpu = np.asarray(cpu[reference]) / c
-            entry["speedup_vs_reference_paired_median"] = float(np.median(paired))
-            entry["speedup_vs_reference_cpu_paired_median"] = float(np.median(paired_cpu))
+            entry["speedup_vs_reference_paired_median"] = paired_speedup(times[reference], t)
+            entry["speedup_vs_reference_cpu_paired_median"] = paired_speedup(cpu[reference], c)
         result["contenders"][name] = entry
     if "baseline" in times and "ours" in times:
         result["ours_vs_baseline"] = {
             "revision": _BASELINE.get("revision"),
-            "wall_paired_median": float(np.median(np.asarray(times["baseline"])
-                                                  / np.asarray(times["ours"]))),
-            "cpu_paired_median": float(np.median(np.asarray(cpu["baseline"])
-                                                 / np.asarray(cpu["ours"]))),
+            "wall_paired_median": paired_speedup(times["baseline"], times["ours"]),
+            "cpu_paired_median": paired_speedup(cpu["baseline"], cpu["ours"]),
         }
     return result
 
@@ -848,8 +851,8 @@ def bars(results, default_precision):
     split = by_key.get(("tutorial", "model-only"))
     if split and f"{REFERENCE}+our_loss" in split["contenders"]:
         ours, ref = split["contenders"]["ours"], split["contenders"][f"{REFERENCE}+our_loss"]
-        wall = float(np.median(np.asarray(ref["step_times"]) / np.asarray(ours["step_times"])))
-        cpu = float(np.median(np.asarray(ref["cpu_times"]) / np.asarray(ours["cpu_times"])))
+        wall = paired_speedup(ref["step_times"], ours["step_times"])
+        cpu = paired_speedup(ref["cpu_times"], ours["cpu_times"])
         out.append(("model only: ours float32 >= the reference trained with our loss (tutorial)",
                     wall, cpu, wall >= 1.0))
     bar = by_key.get(("tutorial", "side-by-side"))
