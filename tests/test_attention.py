@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -176,11 +178,114 @@ def test_copy_weights_from_keras_round_trip():
     np.testing.assert_allclose(out.numpy(), ref.numpy(), atol=1e-5)
 
 
-def test_copy_weights_rejects_mismatched_layers():
+def _built_ours(d_model=8, num_heads=2):
+    ours = MultiHeadAttention(d_model, num_heads)
+    x = tf.zeros((1, 2, d_model))
+    ours(x, x, x)
+    return ours
+
+
+def _built_keras(num_heads, key_dim, **kwargs):
+    theirs = keras.layers.MultiHeadAttention(num_heads, key_dim=key_dim, **kwargs)
+    x = tf.zeros((1, 2, 8))
+    theirs(x, x)
+    return theirs
+
+
+@pytest.mark.parametrize("copy", ["to_keras", "from_keras"])
+@pytest.mark.parametrize(
+    "theirs,error,message",
+    [
+        (
+            lambda: keras.layers.Dense(8),
+            TypeError,
+            "Expected a `keras.layers.MultiHeadAttention`. Received: Dense",
+        ),
+        (
+            lambda: _built_keras(4, 2),
+            ValueError,
+            "The two layers have different shapes: ours has num_heads=2, depth=4; "
+            "Keras's has num_heads=4, key_dim=2.",
+        ),
+        (
+            lambda: _built_keras(2, 8),
+            ValueError,
+            "The two layers have different shapes: ours has num_heads=2, depth=4; "
+            "Keras's has num_heads=2, key_dim=8.",
+        ),
+        (
+            lambda: _built_keras(2, 4, value_dim=3),
+            ValueError,
+            "Keras's layer must have value_dim == key_dim to match ours.",
+        ),
+    ],
+    ids=["not_keras_mha", "num_heads", "key_dim", "value_dim"],
+)
+def test_copy_weights_rejects_mismatched_layers(copy, theirs, error, message):
+    ours, theirs = _built_ours(), theirs()
+    with pytest.raises(error, match=re.escape(message)):
+        if copy == "to_keras":
+            copy_weights_to_keras(ours, theirs)
+        else:
+            copy_weights_from_keras(theirs, ours)
+
+
+def test_copy_weights_to_keras_needs_our_layer_built():
+    with pytest.raises(
+        ValueError,
+        match=re.escape("Build (or call) our MultiHeadAttention before copying its weights."),
+    ):
+        copy_weights_to_keras(MultiHeadAttention(8, 2), keras.layers.MultiHeadAttention(2, 4))
+
+
+def test_copy_weights_from_keras_needs_the_keras_layer_built():
+    theirs = keras.layers.MultiHeadAttention(2, key_dim=4)
+    assert not theirs.built
+    with pytest.raises(
+        ValueError,
+        match=re.escape("Build (or call) the Keras MultiHeadAttention before copying."),
+    ):
+        copy_weights_from_keras(theirs, _built_ours())
+
+
+def test_copy_weights_to_unbuilt_keras_with_different_query_key_value_widths():
+    """Ours built on q, k, v of widths 5, 6, 7: the unbuilt Keras layer is built with those."""
+    keras.utils.set_random_seed(12)
+    rng = np.random.default_rng(12)
+    q = rng.normal(size=(2, 3, 5)).astype("float32")
+    k = rng.normal(size=(2, 4, 6)).astype("float32")
+    v = rng.normal(size=(2, 4, 7)).astype("float32")
     ours = MultiHeadAttention(8, 2)
-    ours(tf.zeros((1, 2, 8)), tf.zeros((1, 2, 8)), tf.zeros((1, 2, 8)))
-    with pytest.raises(ValueError, match="num_heads"):
-        copy_weights_to_keras(ours, keras.layers.MultiHeadAttention(4, key_dim=2))
+    ours(q, k, v)
+    for dense in (ours.wq, ours.wk, ours.wv, ours.dense):  # non-zero biases
+        dense.bias.assign(rng.normal(size=dense.bias.shape).astype("float32"))
+    # Keras's output width defaults to the query's (5); ours is d_model (8).
+    theirs = keras.layers.MultiHeadAttention(2, key_dim=4, output_shape=8)
+    assert copy_weights_to_keras(ours, theirs) is theirs and theirs.built
+    assert theirs.query_dense.kernel.shape == (5, 2, 4)
+    assert theirs.key_dense.kernel.shape == (6, 2, 4)
+    assert theirs.value_dense.kernel.shape == (7, 2, 4)
+    out, w = ours(q, k, v)
+    ref, ref_w = theirs(q, v, key=k, return_attention_scores=True)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), atol=1e-5)
+    np.testing.assert_allclose(w.numpy(), ref_w.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "alias,paper_name",
+    [
+        ("GlobalSelfAttention", "EncoderSelfAttention"),
+        ("CausalSelfAttention", "MaskedDecoderSelfAttention"),
+        ("CrossAttention", "EncoderDecoderAttention"),
+    ],
+)
+def test_newer_tutorial_names_are_aliases_of_the_paper_names(alias, paper_name):
+    import transformer
+    import transformer.attention
+
+    assert getattr(transformer, alias) is getattr(transformer, paper_name)
+    assert getattr(transformer.attention, alias) is getattr(transformer.attention, paper_name)
+    assert alias in transformer.__all__ and paper_name in transformer.__all__
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,31 @@ def test_create_masks_shapes():
     assert dec.shape == (1, 1, 1, 4)
 
 
+def test_create_masks_values_on_a_padded_batch():
+    # Source length 5, target length 4, both padded at the end (id 0).
+    inp = tf.constant([[4, 5, 6, 0, 0], [7, 0, 0, 0, 0]])
+    tar = tf.constant([[2, 6, 7, 0], [2, 8, 0, 0]])
+    enc, combined, dec = create_masks(inp, tar)
+    source_padding = np.array(
+        [[[[0, 0, 0, 1, 1]]], [[[0, 1, 1, 1, 1]]]], dtype=np.float32
+    )  # (2, 1, 1, 5): 1 at the source's padding keys
+    combined_expected = np.array(
+        [
+            # Row i may see keys 0..i, never key 3 (padding).
+            [[[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 1]]],
+            # Keys 2 and 3 are padding: no row may see them.
+            [[[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1]]],
+        ],
+        dtype=np.float32,
+    )  # (2, 1, 4, 4)
+    for mask in (enc, combined, dec):
+        assert mask.dtype == tf.float32
+    np.testing.assert_array_equal(enc.numpy(), source_padding)
+    np.testing.assert_array_equal(combined.numpy(), combined_expected)
+    # The encoder-decoder mask hides the SOURCE padding (not the target's).
+    np.testing.assert_array_equal(dec.numpy(), source_padding)
+
+
 def test_to_keras_attention_mask_inverts():
     ours = create_look_ahead_mask(2)
     np.testing.assert_array_equal(to_keras_attention_mask(ours).numpy(), [[True, False], [True, True]])

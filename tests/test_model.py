@@ -1,3 +1,6 @@
+import json
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ from transformer import (
     PRESETS,
     Decoder,
     Encoder,
+    MultiHeadAttention,
     Transformer,
     TransformerConfig,
 )
@@ -150,7 +154,6 @@ def test_presets():
     tutorial = PRESETS["tutorial"]
     assert (tutorial.num_layers, tutorial.d_model, tutorial.num_heads, tutorial.dff,
             tutorial.dropout_rate) == (4, 128, 8, 512, 0.1)
-    assert PRESETS["toy"].d_model % PRESETS["toy"].num_heads == 0
     config = TransformerConfig.from_preset("tutorial", num_layers=2, dff=None)
     assert config.num_layers == 2 and config.dff == 512
     assert TransformerConfig.from_dict(config.to_dict()) == config
@@ -158,3 +161,53 @@ def test_presets():
         TransformerConfig.from_preset("big")
     with pytest.raises(ValueError, match="divisor"):
         TransformerConfig.from_preset("toy", num_heads=3)
+
+
+NOT_A_DIVISOR = re.escape(
+    "Received an invalid value for argument `num_heads`, expected a divisor of `d_model`. "
+    "Received: d_model=10, num_heads=3"
+)
+
+
+def test_num_heads_must_divide_d_model():
+    with pytest.raises(ValueError, match=NOT_A_DIVISOR):
+        TransformerConfig(d_model=10, num_heads=3)
+    with pytest.raises(ValueError, match=NOT_A_DIVISOR):
+        MultiHeadAttention(10, 3)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_heads_of_depth_d_model_over_num_heads(name):
+    """The presets are validated at import; this checks what the built model does with them."""
+    preset = PRESETS[name]
+    model = preset.build_model(11, 13)
+    heads = [layer.self_attention.mha for layer in model.encoder.enc_layers] + [
+        block.mha
+        for layer in model.decoder.dec_layers
+        for block in (layer.causal_self_attention, layer.cross_attention)
+    ]
+    assert len(heads) == 3 * preset.num_layers
+    for mha in heads:
+        assert (mha.num_heads, mha.depth) == (preset.num_heads, preset.d_model // preset.num_heads)
+        assert mha.depth * mha.num_heads == preset.d_model
+        assert tuple(mha.wq.kernel.shape) == (preset.d_model, preset.d_model)
+
+
+def test_config_to_json_round_trip():
+    config = TransformerConfig(num_layers=3, d_model=24, num_heads=6, dff=40,
+                               dropout_rate=0.25, max_length=17)
+    text = config.to_json()
+    data = json.loads(text)
+    assert data == {"num_layers": 3, "d_model": 24, "num_heads": 6, "dff": 40,
+                    "dropout_rate": 0.25, "max_length": 17}
+    assert list(data) == sorted(data)  # written with sorted keys
+    assert TransformerConfig.from_dict(data) == config
+    for preset in PRESETS.values():
+        assert TransformerConfig.from_dict(json.loads(preset.to_json())) == preset
+
+
+def test_config_from_dict_rejects_unknown_fields():
+    data = json.loads(TransformerConfig().to_json())
+    data.update({"heads": 4, "bogus": 1})
+    with pytest.raises(ValueError, match=re.escape("Unknown TransformerConfig fields: ['bogus', 'heads']")):
+        TransformerConfig.from_dict(data)
