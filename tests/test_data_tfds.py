@@ -3,10 +3,45 @@
 from __future__ import annotations
 
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from transformer.data.corpus import DataError
-from transformer.data.tfds_ted import TED_HRLR_PT_EN, load_ted_hrlr
+from transformer.data.tfds_ted import ALTERNATIVE, TED_HRLR_PT_EN, load_ted_hrlr
+
+# What the mock's split and language are, in each sentence, and how many.
+SPLIT_SIZES = {"train": 3, "validation": 2, "test": 1}
+
+
+def labelled_splits(builder, split, **kwargs):
+    """An `as_dataset_fn` for `tfds.testing.mock_data`: every sentence names its
+    language and its TFDS split, so a swap of either shows in the corpus."""
+    name = str(split)
+    count = SPLIT_SIZES[name]
+    return tf.data.Dataset.from_tensor_slices(
+        {
+            "pt": [f"pt {name} {i}" for i in range(count)],
+            "en": [f"en {name} {i}" for i in range(count)],
+        }
+    )
+
+
+def failing_split(bad_split):
+    """An `as_dataset_fn` whose `bad_split` fails while being read, as a corrupt
+    prepared file would."""
+
+    def as_dataset(builder, split, **kwargs):
+        name = str(split)
+
+        def examples():
+            yield {"pt": f"pt {name}", "en": f"en {name}"}
+            if name == bad_split:
+                raise OSError("corrupt record in shard 3\nsecond line")
+
+        spec = tf.TensorSpec([], tf.string)
+        return tf.data.Dataset.from_generator(examples, output_signature={"pt": spec, "en": spec})
+
+    return as_dataset
 
 
 def test_loads_the_three_splits_as_strings_with_mock_data():
@@ -63,3 +98,32 @@ def test_failed_download_is_a_one_line_error(monkeypatch, tmp_path):
     assert "could not be downloaded" in message
     assert "ConnectionError: Failed to establish a new connection" in message
     assert "--data FILE.tsv" in message
+
+
+def test_portuguese_is_the_source_and_each_tfds_split_lands_in_its_place():
+    with tfds.testing.mock_data(
+        policy=tfds.testing.MockPolicy.USE_CODE, as_dataset_fn=labelled_splits
+    ):
+        corpus = load_ted_hrlr()
+    assert corpus.train == [(f"pt train {i}", f"en train {i}") for i in range(3)]
+    assert corpus.valid == [(f"pt validation {i}", f"en validation {i}") for i in range(2)]
+    assert corpus.test == [("pt test 0", "en test 0")]
+    assert corpus.sizes() == {"train": 3, "valid": 2, "test": 1}
+
+
+@pytest.mark.parametrize("bad_split", ["train", "validation", "test"])
+def test_a_split_that_fails_while_read_is_a_one_line_error_naming_it(bad_split):
+    with tfds.testing.mock_data(
+        policy=tfds.testing.MockPolicy.USE_CODE, as_dataset_fn=failing_split(bad_split)
+    ):
+        with pytest.raises(DataError) as error:
+            load_ted_hrlr(data_dir="/data/tfds")
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"Dataset {TED_HRLR_PT_EN}: reading split {bad_split!r} from /data/tfds failed ("
+    ), message
+    # TensorFlow wraps the generator's error; its first line is kept, not the rest.
+    assert "OSError: corrupt record in shard 3)" in message
+    assert "second line" not in message
+    assert message.endswith(f"; {ALTERNATIVE}.")

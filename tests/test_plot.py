@@ -8,11 +8,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from transformer import plot  # noqa: E402
+# Imported plainly: a broken project module is a failure here, not a skip.
+from transformer import masking, plot, positional, training  # noqa: E402
 
 SRC = ["[START]", "o", "gato", "preto", "dorme", "[END]"]
 TGT = ["the", "black", "cat", "sleeps", "[END]"]
@@ -86,7 +89,6 @@ def test_positional_encoding_from_array_is_a_heatmap_of_position_by_depth():
 
 
 def test_positional_encoding_from_length_and_depth_uses_the_library():
-    positional = pytest.importorskip("transformer.positional")
     expected = positional.positional_encoding(10, 16)
     for fig in (plot.plot_positional_encoding(10, 16), plot.plot_positional_encoding((10, 16))):
         (ax,) = main_axes(rendered(fig))
@@ -123,7 +125,6 @@ def test_look_ahead_mask_has_ones_above_the_diagonal_and_says_so():
 
 
 def test_mask_from_the_library_functions():
-    masking = pytest.importorskip("transformer.masking")
     fig = rendered(plot.plot_mask(masking.create_look_ahead_mask(4)))
     np.testing.assert_array_equal(image_data(main_axes(fig)[0]), np.triu(np.ones((4, 4)), k=1))
     tokens = np.array([[2, 7, 9, 3, 0, 0]])
@@ -220,7 +221,6 @@ def test_learning_rate_of_a_scalar_only_schedule_is_sampled():
 
 
 def test_learning_rate_of_a_keras_schedule():
-    keras = pytest.importorskip("keras")
     schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, decay_steps=100, decay_rate=0.5)
     fig = rendered(plot.plot_learning_rate(schedule, num_steps=300))
     curve = main_axes(fig)[0].get_lines()[0]
@@ -231,7 +231,6 @@ def test_learning_rate_of_a_keras_schedule():
 
 
 def test_learning_rate_of_the_project_schedule():
-    training = pytest.importorskip("transformer.training")
     schedule = training.CustomSchedule(128, warmup_steps=4000)
     fig = rendered(plot.plot_learning_rate(schedule, num_steps=8000))
     curve = main_axes(fig)[0].get_lines()[0]
@@ -282,7 +281,6 @@ def test_attention_head_into_a_given_axes_returns_its_figure():
 
 
 def test_attention_head_accepts_string_tensors():
-    tf = pytest.importorskip("tensorflow")
     weights = np.full((len(TGT), len(SRC)), 1 / len(SRC))
     fig = plot.plot_attention_head(
         tf.constant(SRC), tf.constant(TGT), tf.constant(weights[None, None])

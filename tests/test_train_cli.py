@@ -11,12 +11,12 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from worker_helpers import run_workers
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = str(REPO / "train.py")
@@ -125,6 +125,7 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_continues_exactly(data_args, tmp_path):
     args = [*TINY, *data_args, "--epochs", "3", "--checkpoint-every", "3", "--no-export"]
     reference = run_train(*args, "--output-dir", str(tmp_path / "reference"))
@@ -167,6 +168,7 @@ def test_flag_and_data_errors_are_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_on_two_logical_cpus(data_args, tmp_path):
     out = tmp_path / "run"
     result = run_train(*TINY, *data_args, "--epochs", "1", "--strategy", "mirrored",
@@ -177,40 +179,17 @@ def test_mirrored_strategy_on_two_logical_cpus(data_args, tmp_path):
     assert (out / "model.keras").is_file()
 
 
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
+@pytest.mark.slow
 def test_multi_worker_two_processes_end_with_the_same_weights(data_args, tmp_path):
     out = tmp_path / "run"
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     args = [sys.executable, TRAIN, *TINY, *data_args, "--epochs", "2", "--no-export",
             "--strategy", "multi-worker", "--output-dir", str(out)]
-    workers = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        workers.append(subprocess.Popen(
-            args, cwd=REPO, env={**os.environ, "TF_CONFIG": tf_config},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))
+    # run_workers picks free ports and relaunches on new ones if another
+    # process took a port before a worker bound it (see worker_helpers.free_ports).
     outputs = []
-    try:
-        for worker in workers:
-            stdout, stderr = worker.communicate(timeout=TIMEOUT)
-            assert worker.returncode == 0, stderr
-            outputs.append(stdout)
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
+    for code, stdout, stderr in run_workers(args, count=2, timeout=TIMEOUT):
+        assert code == 0, stderr
+        outputs.append(stdout)
     chief, other = outputs
     assert "2 workers, 2 replicas in sync; this is worker 0" in chief
     assert "this is worker 1" in other

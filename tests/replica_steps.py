@@ -1,0 +1,129 @@
+"""A few training steps of a tiny Transformer under a distribution strategy.
+
+Run as a script, in a fresh process (logical CPUs and `TF_CONFIG` must act
+before TensorFlow initialises)::
+
+    python tests/replica_steps.py STRATEGY OUT.npz [--cpu-devices N]
+        [--lengths equal|unequal]
+
+It builds the strategy with `transformer.distribute.make_strategy`, compiles
+the library's model with `MaskedLoss` as `transformer.training.train` does
+(dropout 0, seed 0) but with plain SGD, fits `STEPS` steps of fixed, unshuffled batches of
+`GLOBAL_BATCH` pairs, and saves the weights and the per-step losses to
+OUT.npz (only the chief writes it). The same global batches go to every
+strategy, so one device and N replicas must end with the same weights.
+SGD rather than the library's Adam: Adam's first updates are about
+`learning_rate * sign(gradient)`, so a gradient scaled by the replica count
+would leave them almost unchanged, while SGD's updates scale with it.
+
+`--lengths equal`: in every global batch, each half (what each of two
+replicas gets) has the same number of real target tokens, so the mean over
+each replica's tokens, averaged over replicas, is the mean over all tokens.
+`--lengths unequal`: the halves hold very different numbers of real tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GLOBAL_BATCH = 4
+STEPS = 3
+VOCAB = 24
+# Target lengths (with [START] and [END]) of the pairs, GLOBAL_BATCH per step.
+# Labels hold length - 1 real tokens; the batch pads to its longest row.
+TARGET_LENGTHS = {
+    # real tokens per half: 5+3 | 4+4, 6+2 | 3+5, 4+4 | 7+1
+    "equal": [6, 4, 5, 5, 7, 3, 4, 6, 5, 5, 8, 2],
+    # 7+7 | 1+1, 1+2 | 6+7, 7+6 | 2+1
+    "unequal": [8, 8, 2, 2, 2, 3, 7, 8, 8, 7, 3, 2],
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("strategy")
+    parser.add_argument("out")
+    parser.add_argument("--cpu-devices", type=int, default=None)
+    parser.add_argument("--lengths", choices=sorted(TARGET_LENGTHS), default="equal")
+    args = parser.parse_args(argv)
+
+    from transformer.distribute import is_chief, make_strategy
+
+    strategy = make_strategy(args.strategy, args.cpu_devices)  # before any other TF op
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from transformer.data.batching import TokenizedPairs, batches_from_tokens
+    from transformer.model import TransformerConfig
+    from transformer.training import (
+        MaskedLoss,
+        _multi_worker_fit_workaround,
+        masked_accuracy,
+    )
+
+    keras.mixed_precision.set_global_policy("float32")
+    rng = np.random.default_rng(0)
+    lengths = TARGET_LENGTHS[args.lengths]
+
+    def rows(row_lengths):
+        # [START]=2 ... [END]=3 around random ids from 4.
+        return tf.ragged.constant(
+            [[2, *rng.integers(4, VOCAB, size=n - 2).tolist(), 3] for n in row_lengths],
+            dtype=tf.int32,
+        )
+
+    tokenized = TokenizedPairs(
+        context=rows([int(n) for n in rng.integers(3, 8, size=len(lengths))]),
+        target=rows(lengths),
+        max_tokens=8,
+    )
+    shard = tf.data.Options()
+    shard.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = batches_from_tokens(tokenized, GLOBAL_BATCH, shuffle=False)
+    dataset = dataset.repeat().with_options(shard)
+
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = TransformerConfig(
+            num_layers=1, d_model=16, num_heads=2, dff=32, dropout_rate=0.0, max_length=16
+        ).build_model(VOCAB, VOCAB)
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=1.0),
+            loss=MaskedLoss(0.0),
+            metrics=[masked_accuracy],
+        )
+
+    losses = []
+
+    class StepLoss(keras.callbacks.Callback):
+        # Keras reports the running mean over the epoch's steps; keep each step's.
+        def on_train_batch_end(self, batch, logs=None):
+            total = float(np.asarray(logs["loss"]).reshape(-1)[0]) * (batch + 1)
+            losses.append(total - sum(losses))
+
+    with _multi_worker_fit_workaround(model, strategy, tokenized):
+        model.fit(
+            dataset,
+            epochs=1,
+            steps_per_epoch=STEPS,
+            shuffle=False,
+            verbose=0,
+            callbacks=[StepLoss()],
+        )
+
+    weights = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    print(f"replicas {strategy.num_replicas_in_sync}; losses {losses}")
+    if is_chief(strategy):
+        np.savez(
+            args.out, losses=np.array(losses), **{f"w{i:03d}": w for i, w in enumerate(weights)}
+        )
+
+
+if __name__ == "__main__":
+    main()
