@@ -218,10 +218,28 @@ class MaskedLoss(keras.losses.Loss):
         loss = _checked_token_losses(label, y_pred, self.label_smoothing)  # (batch, target_len)
         mask = tf.cast(tf.not_equal(label, PAD_ID), loss.dtype)
         size = tf.cast(tf.size(mask), loss.dtype)
-        return loss * mask * tf.math.divide_no_nan(size, tf.reduce_sum(mask))
+        return loss * mask * tf.math.divide_no_nan(size, _real_tokens_per_replica(mask))
 
     def get_config(self):
         return {"name": self.name, "label_smoothing": self.label_smoothing}
+
+
+def _real_tokens_per_replica(mask):
+    """The real tokens of the whole global batch, divided by the replica count.
+
+    On one device, the batch's own count. Under a `tf.distribute` strategy,
+    Keras divides each replica's loss by the number of replicas and sums the
+    gradients; dividing each replica's token-loss sum by this average count
+    (rather than by its own count) makes that the mean over every real token
+    of the global batch, as on one device, also when the replicas hold
+    different numbers of real tokens.
+    """
+    count = tf.reduce_sum(mask)
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return count
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return total / tf.cast(context.num_replicas_in_sync, count.dtype)
 
 
 def masked_accuracy(label, pred):
