@@ -27,7 +27,7 @@ import math
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_positive_int, check_rate
+from transformer._validation import check_heads_divide, check_positive_int, check_rate
 from transformer.constants import LAYER_NORM_EPSILON, MASK_NEGATIVE_FLOAT32
 from transformer.fast_ops import Dropout, add_and_layer_norm
 from transformer.masking import create_look_ahead_mask
@@ -103,9 +103,10 @@ class MultiHeadAttention(keras.layers.Layer):
     into `num_heads` heads of depth `d_model // num_heads`; `dense` is `W^O`.
 
     It computes what `keras.layers.MultiHeadAttention(num_heads,
-    key_dim=d_model // num_heads)` computes given the same weights (see
-    `copy_weights_from_keras` and `copy_weights_to_keras`), but takes masks in
-    this project's convention and returns the attention weights.
+    key_dim=d_model // num_heads, output_shape=d_model)` computes given the
+    same weights (see `transformer.keras_interop`; Keras's `output_shape` may
+    be left out when the query width is `d_model`), but takes masks in this
+    project's convention and returns the attention weights.
 
     Args:
         d_model: model width; must be divisible by `num_heads`.
@@ -151,11 +152,7 @@ class MultiHeadAttention(keras.layers.Layer):
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
         check_rate("dropout_rate", dropout_rate)
-        if d_model % num_heads != 0:
-            raise ValueError(
-                "Received an invalid value for argument `num_heads`, expected a divisor "
-                f"of `d_model`. Received: d_model={d_model}, num_heads={num_heads}"
-            )
+        check_heads_divide(d_model, num_heads)
         self.d_model = d_model
         self.num_heads = num_heads
         self.dropout_rate = dropout_rate

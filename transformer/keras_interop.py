@@ -28,7 +28,26 @@ def _check_pair(ours, theirs):
         raise ValueError("Keras's layer must have value_dim == key_dim to match ours.")
 
 
+def _keras_output_width(theirs, query_width):
+    """The width of Keras's output: its `output_shape`, or else the query's width."""
+    output_shape = theirs.get_config().get("output_shape")
+    if output_shape is None:
+        return query_width
+    return int(output_shape if isinstance(output_shape, int) else output_shape[-1])
+
+
 def _build_keras_from(ours, theirs):
+    if theirs.built:
+        width = int(theirs.output_dense.kernel.shape[-1])
+    else:
+        width = _keras_output_width(theirs, int(ours.wq.kernel.shape[0]))
+    if width != ours.d_model:
+        # Checked before any weight is copied, so neither layer is left half-copied.
+        raise ValueError(
+            f"Keras's layer outputs {width} features, ours d_model={ours.d_model}. Keras "
+            "sizes its output like the query unless `output_shape` is given: create it "
+            f"with `output_shape={ours.d_model}`."
+        )
     if not theirs.built:
         dims = [int(layer.kernel.shape[0]) for layer in (ours.wq, ours.wv, ours.wk)]
         theirs.build((None, None, dims[0]), (None, None, dims[1]), (None, None, dims[2]))
@@ -82,6 +101,11 @@ def copy_weights_from_keras(keras_mha, ours):
     _check_pair(ours, keras_mha)
     if not keras_mha.built:
         raise ValueError("Build (or call) the Keras MultiHeadAttention before copying.")
+    width = int(keras_mha.output_dense.kernel.shape[-1])
+    if width != ours.d_model:
+        raise ValueError(
+            f"Keras's layer outputs {width} features, ours d_model={ours.d_model}."
+        )
     if not ours.built:
         q_dim = keras_mha.query_dense.kernel.shape[0]
         k_dim = keras_mha.key_dense.kernel.shape[0]

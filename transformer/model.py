@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_positive_int, check_rate
+from transformer._validation import check_heads_divide, check_positive_int, check_rate
 from transformer.constants import DEFAULT_MAX_LENGTH
 from transformer.fast_ops import Dropout
 from transformer.layers import DecoderLayer, EncoderLayer
@@ -370,11 +370,7 @@ class TransformerConfig:
         for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
             check_positive_int(name, getattr(self, name))
         check_rate("dropout_rate", self.dropout_rate)
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                "Received an invalid value for argument `num_heads`, expected a divisor "
-                f"of `d_model`. Received: d_model={self.d_model}, num_heads={self.num_heads}"
-            )
+        check_heads_divide(self.d_model, self.num_heads)
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:

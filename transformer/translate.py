@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from transformer import rundir
+from transformer._validation import check_int_at_least
 from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH, PAD_ID, START_ID
 from transformer.decoding import (
     DEFAULT_ALPHA,
@@ -148,14 +149,6 @@ class _BatchAttention:
         return attention
 
 
-def _check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected an integer "
-            f">= {minimum}. Received: {name}={value!r}"
-        )
-
-
 def _to_strings(values):
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
 
@@ -210,7 +203,7 @@ class Translator:
                 "Received an invalid value for argument `transformer`, expected a "
                 f"`transformer.Transformer`. Received: {type(transformer).__name__}"
             )
-        _check_int("max_length", max_length)
+        check_int_at_least("max_length", max_length, 1)
         self.tokenizers = tokenizers
         self.transformer = transformer
         self.max_length = min(int(max_length), int(transformer.max_length))
@@ -300,8 +293,8 @@ class Translator:
             )
         sentences = _to_strings(sentences)
         max_length = self.max_length if max_length is None else max_length
-        _check_int("max_length", max_length)
-        _check_int("beam_size", beam_size)
+        check_int_at_least("max_length", max_length, 1)
+        check_int_at_least("beam_size", beam_size, 1)
         if alpha is None:
             alpha = DEFAULT_ALPHA if beam_size > 1 else 0.0
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (
