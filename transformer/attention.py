@@ -3,8 +3,9 @@
 - `scaled_dot_product_attention` (3.2.1),
 - `MultiHeadAttention` (3.2.2), with its own `wq`, `wk`, `wv`, `dense`,
 - the three uses of attention in the model (3.2.3, "Applications of Attention
-  in our Model"; some outlines, and DESIGN.md, number it 3.2.4) as named layers:
-  `EncoderSelfAttention`, `MaskedDecoderSelfAttention`, `EncoderDecoderAttention`
+  in our Model"; some study outlines number it 3.2.4) as named layers, in the
+  paper's order: `EncoderDecoderAttention`, `EncoderSelfAttention`,
+  `MaskedDecoderSelfAttention`
   (the newer tutorial calls them `GlobalSelfAttention`, `CausalSelfAttention`,
   `CrossAttention`; those names are aliases here).
 
