@@ -190,7 +190,7 @@ def copy_weights_from_ours(ours, ref):
 
     Used by the benchmark to check that both models compute the same logits.
     """
-    from transformer.attention import copy_weights_to_keras
+    from transformer.keras_interop import copy_weights_to_keras
 
     def dense(src, dst):
         dst.kernel.assign(src.kernel)

@@ -14,19 +14,17 @@ import tensorflow as tf
 from translate_helpers import copy_run, random_model, random_sources
 
 from transformer.constants import END_ID, PAD_ID
-from transformer.rundir import CONFIG_FILE, RunDirError
-from transformer.translate import (
-    Translation,
-    Translator,
+from transformer.decoding import (
     beam_search_decode,
     cached_greedy_decode,
     compile_beam_search,
     compile_greedy_decode,
-    export_translator,
     length_penalty,
     naive_greedy_decode,
     sequence_log_probs,
 )
+from transformer.rundir import CONFIG_FILE, RunDirError
+from transformer.translate import Translation, Translator, export_translator
 
 LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
 

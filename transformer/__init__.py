@@ -1,6 +1,6 @@
 """A tutorial-faithful Transformer for machine translation in TensorFlow and Keras 3.
 
-The public names are listed in DESIGN.md; see each module for the math.
+The public names are listed in docs/design.md; see each module for the math.
 """
 
 from transformer.attention import (
@@ -11,12 +11,11 @@ from transformer.attention import (
     GlobalSelfAttention,
     MaskedDecoderSelfAttention,
     MultiHeadAttention,
-    copy_weights_from_keras,
-    copy_weights_to_keras,
     mask_value,
     scaled_dot_product_attention,
 )
 from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from transformer.keras_interop import copy_weights_from_keras, copy_weights_to_keras
 from transformer.layers import DecoderLayer, EncoderLayer, FeedForward
 from transformer.masking import (
     create_decoder_mask,

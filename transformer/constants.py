@@ -1,6 +1,6 @@
-"""Constants pinned by DESIGN.md, in one place; every other module imports them."""
+"""Constants pinned by docs/design.md, in one place; every other module imports them."""
 
-# Token ids, the same in both languages (DESIGN.md, decision 4).
+# Token ids, the same in both languages (docs/design.md, "Token ids").
 PAD_ID = 0
 UNK_ID = 1
 START_ID = 2
@@ -18,3 +18,11 @@ ADAM_EPSILON = 1e-9
 # Added to masked attention logits in float32 (decision 3). Lower precisions
 # use the most negative finite value of their dtype instead (see attention.py).
 MASK_NEGATIVE_FLOAT32 = -1e9
+
+# The longest sequence the layers accept by default: the rows of the positional
+# encoding table (`PositionalEmbedding`, `Encoder`, `Decoder`, `Transformer`).
+DEFAULT_MAX_LENGTH = 2048
+
+# The most output tokens a translation gets by default (`[END]` included),
+# never more than the model's `max_length`.
+DEFAULT_MAX_OUTPUT_LENGTH = 128

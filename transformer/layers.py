@@ -7,16 +7,16 @@ Sections 3.1 and 3.3 of Vaswani et al., 2017. Every sublayer is post-norm:
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 from transformer._validation import check_positive_int, check_rate
 from transformer.attention import (
-    Dropout,
     EncoderDecoderAttention,
     EncoderSelfAttention,
     MaskedDecoderSelfAttention,
-    add_and_layer_norm,
 )
 from transformer.constants import LAYER_NORM_EPSILON
+from transformer.fast_ops import Dropout, add_and_layer_norm
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -155,12 +155,20 @@ class DecoderLayer(_LayerBase):
             look-ahead (future) mask is always applied. 1 = not allowed.
         padding_mask: optional `(batch, 1, 1, input_len)`, 1 at source padding.
         training: whether dropout is active.
+        cache: optional, for incremental decoding: a dict with `"self"`, the
+            masked self-attention's keys and values of the earlier positions,
+            and `"cross"`, the encoder output's projected keys and values (see
+            `MaskedDecoderSelfAttention` and `EncoderDecoderAttention`). `x` is
+            then the newest position only, `(batch, d_model)`, `context` is
+            not used, and `look_ahead_mask` is the target-padding mask over the
+            cached positions and the new one.
 
     Returns:
         `(output, block1_weights, block2_weights)`: `(batch, target_len, d_model)`,
         the masked self-attention weights `(batch, heads, target_len,
         target_len)` and the encoder-decoder weights `(batch, heads, target_len,
-        input_len)`.
+        input_len)`; with a cache, `(output, block1_weights, block2_weights,
+        cache)` with the cache updated.
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
@@ -179,7 +187,11 @@ class DecoderLayer(_LayerBase):
         self._build_ffn(x_shape)
         self.built = True
 
-    def call(self, x, context, look_ahead_mask=None, padding_mask=None, training=None):
+    def call(
+        self, x, context=None, look_ahead_mask=None, padding_mask=None, training=None, cache=None
+    ):
+        if cache is not None:
+            return self._call_cached(x, look_ahead_mask, padding_mask, training, cache)
         x, block1 = self.causal_self_attention(
             x, padding_mask=look_ahead_mask, training=training
         )  # (batch, target_len, d_model)
@@ -187,3 +199,28 @@ class DecoderLayer(_LayerBase):
             x, context, padding_mask=padding_mask, training=training
         )  # (batch, target_len, d_model)
         return self._ffn_block(x, training), block1, block2
+
+    def _call_cached(self, x, look_ahead_mask, padding_mask, training, cache):
+        """The same three sublayers for one new position, with its caches."""
+        x, block1, self_cache = self.causal_self_attention(
+            x, padding_mask=look_ahead_mask, training=training, cache=cache["self"]
+        )  # (batch, d_model)
+        x, block2, cross_cache = self.cross_attention(
+            x, padding_mask=padding_mask, training=training, cache=cache["cross"]
+        )  # (batch, d_model)
+        cache = {"self": self_cache, "cross": cross_cache}
+        return self._ffn_block(x, training), block1, block2, cache
+
+    def initial_cache(self, context):
+        """The cache before the first token: no self-attention positions yet, and
+        the encoder output `context` projected once for encoder-decoder attention."""
+        batch_size = tf.shape(context)[0]
+        return {
+            "self": self.causal_self_attention.mha.empty_cache(batch_size),
+            "cross": self.cross_attention.mha.project_keys_values(context, context),
+        }
+
+    def cache_shape(self):
+        """`tf.TensorShape`s of the cache's tensors, for `tf.while_loop` invariants."""
+        shape = self.causal_self_attention.mha.cache_shape()
+        return {"self": (shape, shape), "cross": (shape, shape)}

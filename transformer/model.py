@@ -13,13 +13,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_positive_int, check_rate
-from transformer.attention import Dropout
+from transformer._validation import check_heads_divide, check_positive_int, check_rate
+from transformer.constants import DEFAULT_MAX_LENGTH
+from transformer.fast_ops import Dropout
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
 from transformer.positional import PositionalEmbedding
-
-DEFAULT_MAX_LENGTH = 2048
 
 
 class _Stack(keras.layers.Layer):
@@ -145,12 +144,22 @@ class Decoder(_Stack):
         padding_mask: optional `(batch, 1, 1, input_len)`, 1 at source padding.
             The decoder's own look-ahead and target-padding mask is built from `x`.
         training: whether dropout is active.
+        cache: optional, for incremental decoding: one dict per layer from
+            `initial_cache(context)` (or from the previous step). `x` is then
+            every token so far, `(batch, t + 1)`; only the newest is embedded
+            (at position `t`) and run through the layers, which read the
+            earlier positions' keys and values from the cache; `context` is
+            not used. This is the same function as the full call at
+            inference, one position at a time.
 
     Returns:
         `(output, attention_weights)`: `(batch, target_len, d_model)` and a dict
         with `decoder_layer{i}_block1` (masked self-attention,
         `(batch, heads, target_len, target_len)`) and `decoder_layer{i}_block2`
         (encoder-decoder attention, `(batch, heads, target_len, input_len)`).
+        With a cache: `(output, attention_weights, cache)`, where output is
+        the newest position's `(batch, d_model)`, the weights have one query
+        row, and the cache has grown by one position.
     """
 
     def __init__(
@@ -182,22 +191,42 @@ class Decoder(_Stack):
             layer.build(hidden_shape, context_shape)
         self.built = True
 
-    def call(self, x, context, padding_mask=None, training=None):
+    def call(self, x, context=None, padding_mask=None, training=None, cache=None):
         target_padding = create_padding_mask(x)  # (batch, 1, 1, target_len)
-        x = self.pos_embedding(x)  # (batch, target_len, d_model)
+        if cache is not None:
+            # Only the newest token, at its position; kept 2-D, so that every
+            # Dense sublayer is a single matrix product.
+            position = tf.shape(x)[1] - 1
+            x = self.pos_embedding(x[:, -1:], start_position=position)  # (batch, 1, d_model)
+            x = tf.reshape(x, [-1, self.d_model])  # (batch, d_model)
+        else:
+            x = self.pos_embedding(x)  # (batch, target_len, d_model)
         x = self.dropout(x, training=training)
-        attention_weights = {}
+        attention_weights, new_cache = {}, []
         for i, layer in enumerate(self.dec_layers):
-            x, block1, block2 = layer(
+            outputs = layer(
                 x,
                 context,
                 look_ahead_mask=target_padding,
                 padding_mask=padding_mask,
                 training=training,
+                cache=None if cache is None else cache[i],
             )
+            x, block1, block2 = outputs[:3]
+            new_cache.extend(outputs[3:])
             attention_weights[f"decoder_layer{i + 1}_block1"] = block1
             attention_weights[f"decoder_layer{i + 1}_block2"] = block2
+        if cache is not None:
+            return x, attention_weights, new_cache
         return x, attention_weights
+
+    def initial_cache(self, context):
+        """Every layer's cache before the first token (see `DecoderLayer.initial_cache`)."""
+        return [layer.initial_cache(context) for layer in self.dec_layers]
+
+    def cache_shape(self):
+        """The caches' `tf.TensorShape`s, for `tf.while_loop` shape invariants."""
+        return [layer.cache_shape() for layer in self.dec_layers]
 
     def compute_output_shape(self, x_shape, *args, **kwargs):
         return (*tuple(x_shape), self.d_model)
@@ -341,11 +370,7 @@ class TransformerConfig:
         for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
             check_positive_int(name, getattr(self, name))
         check_rate("dropout_rate", self.dropout_rate)
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                "Received an invalid value for argument `num_heads`, expected a divisor "
-                f"of `d_model`. Received: d_model={self.d_model}, num_heads={self.num_heads}"
-            )
+        check_heads_divide(self.d_model, self.num_heads)
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:

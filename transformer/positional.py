@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from transformer._validation import check_positive_int
+from transformer.constants import DEFAULT_MAX_LENGTH
 
 
 def positional_encoding(length: int, depth: int) -> np.ndarray:
@@ -85,7 +86,7 @@ class PositionalEmbedding(keras.layers.Layer):
     TensorShape([1, 3, 16])
     """
 
-    def __init__(self, vocab_size, d_model, max_length=2048, **kwargs):
+    def __init__(self, vocab_size, d_model, max_length=DEFAULT_MAX_LENGTH, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
