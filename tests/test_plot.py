@@ -1,8 +1,9 @@
-"""Tests of transformer/plot.py: every function returns a Figure with the right
+"""Tests of the transformer/plot/ package: every function returns a Figure with the right
 axes, labels and data, and bad input gets a clear error."""
 
 import io
 import math
+from pathlib import Path
 
 import matplotlib
 
@@ -471,12 +472,22 @@ def test_figures_render_inline_in_jupyter_and_leave_no_pyplot_state():
     assert plt.get_fignums() == []
 
 
-def test_plot_module_imports_neither_tensorflow_nor_pyplot():
-    source = open(plot.__file__, encoding="utf-8").read()
-    for forbidden in (
-        "import tensorflow",
-        "from tensorflow",
-        "import keras",
-        "import matplotlib.pyplot",
-    ):
-        assert forbidden not in source
+def test_plot_package_imports_neither_tensorflow_nor_pyplot():
+    modules = sorted(Path(plot.__file__).parent.glob("*.py"))
+    assert {path.name for path in modules} >= {"__init__.py", "_figure.py", "attention.py"}
+    for path in modules:
+        source = path.read_text(encoding="utf-8")
+        for forbidden in (
+            "import tensorflow",
+            "from tensorflow",
+            "import keras",
+            "import matplotlib.pyplot",
+        ):
+            assert forbidden not in source, f"{path.name}: {forbidden}"
+
+
+def test_every_public_function_is_exported_from_the_package():
+    for name in plot.__all__:
+        function = getattr(plot, name)
+        assert callable(function)
+        assert function.__module__.startswith("transformer.plot.")
