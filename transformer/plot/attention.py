@@ -209,18 +209,7 @@ def plot_attention_weights(
         attention = attention[layer_name]
     in_list = _as_tokens(in_tokens, "in_tokens")
     out_list = _as_tokens(out_tokens, "out_tokens")
-    array = _to_numpy(attention, "attention")
-    if array.ndim == 4:
-        batch = array.shape[0]
-        if not 0 <= batch_index < batch:
-            raise _invalid("batch_index", f"an index into the batch of {batch}", batch_index)
-        array = array[batch_index]  # (num_heads, seq_q, seq_k)
-    if array.ndim != 3:
-        raise _invalid(
-            "attention",
-            "weights of shape (num_heads, seq_q, seq_k) or (batch, num_heads, seq_q, seq_k)",
-            f"an array of shape {_shape(array)}",
-        )
+    array = _heads_of(attention, "attention", batch_index)  # (num_heads, seq_q, seq_k)
     num_heads = array.shape[0]
     _check_weights(array[0], in_list, out_list, "attention[head]")
     if nrows is None:
@@ -231,6 +220,38 @@ def plot_attention_weights(
     fig = _new_figure(
         figsize or _matrix_figsize(*array.shape[1:], out_list, in_list, panels=(nrows, ncols))
     )
+    image, head_axes = _draw_head_grid(fig, array, in_list, out_list, nrows, ncols)
+    fig.colorbar(image, ax=head_axes, shrink=0.8).set_label("attention weight")
+    fig.suptitle(attention_layer_description(layer_name))
+    return fig
+
+
+def _heads_of(weights, name: str, batch_index: int) -> np.ndarray:
+    """One sentence's `(num_heads, seq_q, seq_k)` weights from 3-D or 4-D `weights`.
+
+    4-D weights `(batch, num_heads, seq_q, seq_k)` give batch element `batch_index`.
+    """
+    array = _to_numpy(weights, name)
+    if array.ndim == 4:
+        batch = array.shape[0]
+        if not 0 <= batch_index < batch:
+            raise _invalid("batch_index", f"an index into the batch of {batch}", batch_index)
+        array = array[batch_index]  # (num_heads, seq_q, seq_k)
+    if array.ndim != 3:
+        raise _invalid(
+            name,
+            "weights of shape (num_heads, seq_q, seq_k) or (batch, num_heads, seq_q, seq_k)",
+            f"an array of shape {_shape(array)}",
+        )
+    return array
+
+
+def _draw_head_grid(fig, array, in_list, out_list, nrows: int, ncols: int):
+    """Draws head `h` of `array` into cell `h` of an `nrows x ncols` grid, row by row.
+
+    Unused cells are removed. Returns the last image and the heads' axes.
+    """
+    num_heads = array.shape[0]
     grid = fig.subplots(nrows, ncols, squeeze=False)
     vmax = float(array.max()) if array.size else 1.0
     image = None
@@ -253,6 +274,4 @@ def plot_attention_weights(
         )
         ax.set_title(f"Head {head + 1}")
         head_axes.append(ax)
-    fig.colorbar(image, ax=head_axes, shrink=0.8).set_label("attention weight")
-    fig.suptitle(attention_layer_description(layer_name))
-    return fig
+    return image, head_axes

@@ -78,16 +78,24 @@ def dot_product_statistics(
         k = rng.standard_normal((num_samples, num_keys, d_k))  # (num_samples, num_keys, d_k)
         logits = np.einsum("nd,nkd->nk", q, k)  # (num_samples, num_keys)
         for suffix, scaled in (("unscaled", logits), ("scaled", logits / math.sqrt(d_k))):
-            shifted = scaled - scaled.max(axis=-1, keepdims=True)
-            weights = np.exp(shifted)
-            weights /= weights.sum(axis=-1, keepdims=True)  # (num_samples, num_keys)
-            entropy = -np.sum(weights * np.log(np.clip(weights, 1e-300, None)), axis=-1)
-            stats[f"variance_{suffix}"].append(float(scaled.var()))
-            stats[f"max_weight_{suffix}"].append(float(weights.max(axis=-1).mean()))
-            stats[f"entropy_{suffix}"].append(float(entropy.mean()))
+            for key, value in _softmax_statistics(scaled).items():
+                stats[f"{key}_{suffix}"].append(value)
     result = {"d_k": np.asarray(d_ks, dtype=np.float64)}
     result.update({key: np.asarray(values) for key, values in stats.items()})
     return result
+
+
+def _softmax_statistics(logits: np.ndarray) -> dict[str, float]:
+    """Variance of `(num_samples, num_keys)` logits, mean top softmax weight and entropy."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    weights = np.exp(shifted)
+    weights /= weights.sum(axis=-1, keepdims=True)  # (num_samples, num_keys)
+    entropy = -np.sum(weights * np.log(np.clip(weights, 1e-300, None)), axis=-1)
+    return {
+        "variance": float(logits.var()),
+        "max_weight": float(weights.max(axis=-1).mean()),
+        "entropy": float(entropy.mean()),
+    }
 
 
 def plot_dot_product_variance(
@@ -125,6 +133,20 @@ def plot_dot_product_variance(
     d = stats["d_k"]
     fig = _new_figure(figsize or (13.0, 4.0))
     axes = fig.subplots(1, 3)
+    _draw_statistics(axes, stats)
+    _draw_references(axes, d, num_keys)
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.suptitle(
+        f"Why divide by sqrt(d_k) (section 3.2.1): q, k ~ N(0, 1), seed {seed}; "
+        "dotted line: the paper's d_k = 64"
+    )
+    return fig
+
+
+def _draw_statistics(axes, stats: dict[str, np.ndarray]) -> None:
+    """One panel per statistic, unscaled and scaled against d_k, the paper's 64 dotted."""
+    d = stats["d_k"]
     styles = {
         "unscaled": {"color": "C3", "marker": "o", "label": "q . k (unscaled)"},
         "scaled": {"color": "C0", "marker": "s", "label": "q . k / sqrt(d_k) (scaled)"},
@@ -144,6 +166,10 @@ def plot_dot_product_variance(
         ax.grid(alpha=0.3)
         if 64 >= d.min() and 64 <= d.max():
             ax.axvline(64, color="grey", linestyle=":", linewidth=1.0)
+
+
+def _draw_references(axes, d: np.ndarray, num_keys: int) -> None:
+    """The theory's d_k and uniform attention as dashed lines, and the panel titles."""
     axes[0].set_yscale("log", base=2)
     axes[0].yaxis.set_major_formatter(ScalarFormatter())
     axes[0].plot(d, d, color="grey", linestyle="--", linewidth=1.0, label="d_k (theory)")
@@ -162,10 +188,3 @@ def plot_dot_product_variance(
     )
     axes[2].set_ylim(bottom=0.0)
     axes[2].set_title("Attention entropy collapses")
-    for ax in axes:
-        ax.legend(fontsize=8)
-    fig.suptitle(
-        f"Why divide by sqrt(d_k) (section 3.2.1): q, k ~ N(0, 1), seed {seed}; "
-        "dotted line: the paper's d_k = 64"
-    )
-    return fig

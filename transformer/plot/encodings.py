@@ -57,25 +57,7 @@ def plot_positional_encoding(
 
     >>> fig = plot_positional_encoding(2048, 512)   # the tutorial's figure
     """
-    if depth is not None or _is_int_pair(encoding):
-        if depth is None:
-            encoding, depth = encoding
-        check_positive_int("encoding", encoding)
-        check_positive_int("depth", depth)
-        # Imported lazily: positional.py imports TensorFlow and Keras.
-        from transformer.positional import positional_encoding
-
-        array = np.asarray(positional_encoding(int(encoding), int(depth)), dtype=np.float64)
-    else:
-        array = _to_numpy(encoding, "encoding")
-        while array.ndim > 2 and array.shape[0] == 1:
-            array = array[0]
-        if array.ndim != 2:
-            raise _invalid(
-                "encoding",
-                "an array of shape (length, depth), or integers length and depth",
-                f"an array of shape {_shape(array)}",
-            )
+    array = _encoding_array(encoding, depth)
     length, width = array.shape
     fig = _new_figure(figsize or (9.0, 5.0))
     ax = fig.add_subplot()
@@ -98,6 +80,29 @@ def plot_positional_encoding(
     colorbar = fig.colorbar(image, ax=ax)
     colorbar.set_label("PE[pos, dim]")
     return fig
+
+
+def _encoding_array(encoding, depth: int | None) -> np.ndarray:
+    """The `(length, depth)` encoding to draw: given, or computed from two integers."""
+    if depth is not None or _is_int_pair(encoding):
+        if depth is None:
+            encoding, depth = encoding
+        check_positive_int("encoding", encoding)
+        check_positive_int("depth", depth)
+        # Imported lazily: positional.py imports TensorFlow and Keras.
+        from transformer.positional import positional_encoding
+
+        return np.asarray(positional_encoding(int(encoding), int(depth)), dtype=np.float64)
+    array = _to_numpy(encoding, "encoding")
+    while array.ndim > 2 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 2:
+        raise _invalid(
+            "encoding",
+            "an array of shape (length, depth), or integers length and depth",
+            f"an array of shape {_shape(array)}",
+        )
+    return array
 
 
 def _is_int_pair(value) -> bool:

@@ -213,6 +213,21 @@ def plot_training_curves(history, *, title: str | None = None, figsize=None) -> 
     """
     columns = _history_columns(history)
     epochs = columns.pop("epoch", None)
+    panels = _group_panels(columns, has_epoch=epochs is not None)
+    num_epochs = len(next(iter(columns.values())))
+    x = epochs if epochs is not None else np.arange(1, num_epochs + 1)
+    fig = _new_figure(figsize or (4.6 * len(panels), 3.8))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    marker = "o" if num_epochs <= 30 else None
+    for ax, (panel, names) in zip(axes, panels.items(), strict=True):
+        _draw_curves(ax, panel, x, {name: columns[name] for name in names}, marker)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _group_panels(columns: Mapping[str, np.ndarray], has_epoch: bool) -> dict[str, list[str]]:
+    """The column names of each panel present: loss, accuracy, learning rate, in order."""
     panels: dict[str, list[str]] = {"loss": [], "accuracy": [], "learning rate": []}
     for name in columns:
         panel = _panel_of(name)
@@ -225,33 +240,29 @@ def plot_training_curves(history, *, title: str | None = None, figsize=None) -> 
         raise _invalid(
             "history",
             "columns such as loss, masked_accuracy, val_loss, val_masked_accuracy or learning_rate",
-            f"columns {sorted(columns) + (['epoch'] if epochs is not None else [])}",
+            f"columns {sorted(columns) + (['epoch'] if has_epoch else [])}",
         )
-    num_epochs = len(next(iter(columns.values())))
-    x = epochs if epochs is not None else np.arange(1, num_epochs + 1)
-    fig = _new_figure(figsize or (4.6 * len(panels), 3.8))
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    marker = "o" if num_epochs <= 30 else None
-    for ax, (panel, names) in zip(axes, panels.items(), strict=True):
-        for name in sorted(names, key=lambda n: (n.startswith("val_"), n)):
-            validation = name.startswith("val_")
-            ax.plot(
-                x,
-                columns[name],
-                marker=marker,
-                markersize=3,
-                linestyle="--" if validation else "-",
-                color="C1" if validation else "C0",
-                label=name,
-            )
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(panel)
-        ax.set_title(panel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend()
-        if panel == "learning rate":
-            ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
-    if title:
-        fig.suptitle(title)
-    return fig
+    return panels
+
+
+def _draw_curves(ax, panel: str, x, curves: Mapping[str, np.ndarray], marker) -> None:
+    """One panel: training curves solid, validation (`val_`) curves dashed after them."""
+    for name in sorted(curves, key=lambda n: (n.startswith("val_"), n)):
+        validation = name.startswith("val_")
+        ax.plot(
+            x,
+            curves[name],
+            marker=marker,
+            markersize=3,
+            linestyle="--" if validation else "-",
+            color="C1" if validation else "C0",
+            label=name,
+        )
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(panel)
+    ax.set_title(panel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if panel == "learning rate":
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
