@@ -35,6 +35,7 @@ Example:
 from transformer.plot.attention import (
     attention_layer_description,
     plot_attention_head,
+    plot_attention_overview,
     plot_attention_weights,
 )
 from transformer.plot.dot_product import dot_product_statistics, plot_dot_product_variance
@@ -45,6 +46,7 @@ __all__ = [
     "attention_layer_description",
     "dot_product_statistics",
     "plot_attention_head",
+    "plot_attention_overview",
     "plot_attention_weights",
     "plot_dot_product_variance",
     "plot_learning_rate",

@@ -1,11 +1,13 @@
 """Figures of attention weights: one head, every head of a layer (section 3.2.2),
-named by their role in the model (section 3.2.3)."""
+named by their role in the model (section 3.2.3), and every layer and head of
+each kind of attention at once (`plot_attention_overview`)."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -21,7 +23,12 @@ from transformer.plot._figure import (
     _to_numpy,
 )
 
-__all__ = ["attention_layer_description", "plot_attention_head", "plot_attention_weights"]
+__all__ = [
+    "attention_layer_description",
+    "plot_attention_head",
+    "plot_attention_overview",
+    "plot_attention_weights",
+]
 
 # The roles of attention in the model (section 3.2.3), by DESIGN.md weight-dict key.
 _LAYER_NAME = re.compile(r"^(encoder|decoder)_layer(\d+)(?:_block([12]))?$")
@@ -275,3 +282,254 @@ def _draw_head_grid(fig, array, in_list, out_list, nrows: int, ncols: int):
         ax.set_title(f"Head {head + 1}")
         head_axes.append(ax)
     return image, head_axes
+
+
+# ------------------------------------------------------------ overview of all layers
+
+
+class _Kind(NamedTuple):
+    """One kind of attention of `plot_attention_overview`."""
+
+    key_format: str  # its weights-dict key for layer i
+    role: str  # its name in section 3.2.3
+    feeding: str  # where its queries and keys come from
+    keys_from: str  # "input" or "output" tokens
+    queries_from: str
+
+
+# In the order of section 3.2.3.
+_OVERVIEW_KINDS = {
+    "cross": _Kind(
+        "decoder_layer{}_block2",
+        _ROLES[("decoder", "2")],
+        "queries from the decoder, keys from the encoder",
+        "input",
+        "output",
+    ),
+    "encoder": _Kind(
+        "encoder_layer{}",
+        _ROLES[("encoder", None)],
+        "queries and keys from the encoder",
+        "input",
+        "input",
+    ),
+    "decoder_self": _Kind(
+        "decoder_layer{}_block1",
+        _ROLES[("decoder", "1")],
+        "queries and keys from the decoder, later keys masked",
+        "output",
+        "output",
+    ),
+}
+_OVERVIEW_TITLE = "Attention by layer (rows) and head (columns), section 3.2.3"
+
+
+def plot_attention_overview(
+    in_tokens,
+    out_tokens,
+    attention_weights: Mapping,
+    kind: str = "all",
+    *,
+    batch_index: int = 0,
+    figsize=None,
+) -> Figure:
+    """Plots every head of every layer for one kind of attention, or all three.
+
+    A static counterpart of bertviz's "model view": one small panel per layer
+    (rows, top = layer 1) and head (columns), titled "layer i, head j". The
+    tokens label the y-axis (queries) of the first column and the x-axis (keys)
+    of the last row; the other panels show only the weights. Each kind of
+    attention has one colour scale, from 0 to its largest weight, and one
+    colour bar, so its layers and heads can be compared.
+
+    The kinds are named as in section 3.2.3 of the paper, in its order:
+    `"cross"`, encoder-decoder attention (`decoder_layer{i}_block2`), queries
+    from the decoder and keys from the encoder output; `"encoder"`, encoder
+    self-attention (`encoder_layer{i}`); `"decoder_self"`, masked decoder
+    self-attention (`decoder_layer{i}_block1`). `"all"` draws the three as
+    three blocks, in that order, each titled with its kind.
+
+    Args:
+        in_tokens: the source tokens (`Translation.input_tokens`): keys and
+            queries of encoder self-attention, keys of encoder-decoder
+            attention. None for positions.
+        out_tokens: the output tokens. Either `Translation.tokens` as given,
+            starting with `[START]` (one more than the decoder's query rows):
+            the decoder read `out_tokens[:-1]` (the keys of its
+            self-attention) and row `i` predicts `out_tokens[i + 1]` (the
+            query labels); or exactly one token per query row, used on both
+            axes. None for positions. Not used when `kind="encoder"`.
+        attention_weights: the Transformer's weights dict with keys
+            `encoder_layer{i}`, `decoder_layer{i}_block1` and
+            `decoder_layer{i}_block2`, `i` from 1, each of shape
+            `(num_heads, seq_q, seq_k)` (one sentence, as in
+            `Translation.attention_weights`) or `(batch, num_heads, seq_q,
+            seq_k)`. Only the keys of the kinds drawn are needed.
+        kind: `"all"`, `"cross"`, `"encoder"` or `"decoder_self"`.
+        batch_index: which batch element to draw from 4-D weights.
+        figsize: figure size in inches; by default it grows with the number
+            of layers, heads and tokens.
+
+    Returns:
+        A `Figure`. For one kind, one axes per layer and head and a colour
+        bar; for `"all"`, one `SubFigure` per kind (`fig.subfigs`) holding
+        the same.
+
+    Raises:
+        ValueError: on an unknown `kind`, a weights dict without the layers
+            of a kind (or with a gap in their numbers), weights that are not
+            3-D or 4-D or differ in shape between layers, or token counts that
+            do not match the weights.
+
+    Example:
+
+    >>> result = translator("o gato preto come o peixe")
+    >>> fig = plot_attention_overview(
+    ...     result.input_tokens, result.tokens, result.attention_weights, kind="cross")
+    """
+    if kind != "all" and kind not in _OVERVIEW_KINDS:
+        raise _invalid("kind", f"one of {['all', *_OVERVIEW_KINDS]}", repr(kind))
+    if not isinstance(attention_weights, Mapping):
+        raise _invalid(
+            "attention_weights",
+            "a dict with keys encoder_layer{i}, decoder_layer{i}_block1, decoder_layer{i}_block2",
+            type(attention_weights).__name__,
+        )
+    in_list = _as_tokens(in_tokens, "in_tokens")
+    out_list = _as_tokens(out_tokens, "out_tokens")
+    blocks = []
+    for name in _OVERVIEW_KINDS if kind == "all" else (kind,):
+        layers = _overview_layers(attention_weights, name, batch_index)
+        keys, queries = _overview_tokens(name, layers, in_list, out_list)
+        blocks.append((name, layers, keys, queries))
+    fig = _new_figure(figsize or _overview_figsize(blocks))
+    if len(blocks) == 1:
+        _draw_overview_block(fig, *blocks[0])
+        return fig
+    heights = [_overview_block_size(*block)[1] for block in blocks]
+    for subfig, block in zip(
+        fig.subfigures(len(blocks), 1, height_ratios=heights), blocks, strict=True
+    ):
+        _draw_overview_block(subfig, *block)
+    fig.suptitle(_OVERVIEW_TITLE, fontweight="bold")
+    return fig
+
+
+def _overview_layers(attention_weights: Mapping, kind: str, batch_index: int) -> list[np.ndarray]:
+    """The `(num_heads, seq_q, seq_k)` weights of layers 1, 2, ... of one kind."""
+    spec = _OVERVIEW_KINDS[kind]
+    found = set()
+    for key in attention_weights:
+        match = _LAYER_NAME.match(str(key))
+        if match is not None and _ROLES.get((match.group(1), match.group(3))) == spec.role:
+            found.add(int(match.group(2)))
+    last = max(found, default=1)
+    missing = [spec.key_format.format(i) for i in range(1, last + 1) if i not in found]
+    if missing:
+        raise ValueError(
+            f"Received `attention_weights` without {', '.join(f'`{key}`' for key in missing)} "
+            f"({spec.role}, kind={kind!r}); its keys are {sorted(map(str, attention_weights))}."
+        )
+    layers = []
+    for i in range(1, last + 1):
+        key = spec.key_format.format(i)
+        array = _heads_of(attention_weights[key], f"attention_weights[{key!r}]", batch_index)
+        if layers and array.shape != layers[0].shape:
+            raise ValueError(
+                f"Received `attention_weights[{key!r}]` of shape {_shape(array)} (num_heads, "
+                f"seq_q, seq_k) for a layer 1 of shape {_shape(layers[0])}; every layer of "
+                f"{spec.role} needs the same shape."
+            )
+        layers.append(array)
+    return layers
+
+
+def _overview_tokens(kind: str, layers, in_list, out_list):
+    """The `(key, query)` tokens of one kind of attention, checked against the weights."""
+    spec = _OVERVIEW_KINDS[kind]
+    _, num_q, num_k = layers[0].shape
+    layer_1 = spec.key_format.format(1)
+    outputs = (out_list, out_list)  # (as keys, as queries)
+    if out_list is not None and spec.queries_from == "output":
+        if len(out_list) == num_q + 1:  # [START] ...: the decoder read [:-1], predicted [1:]
+            outputs = (out_list[:-1], out_list[1:])
+        elif len(out_list) != num_q:
+            raise ValueError(
+                f"Received {len(out_list)} `out_tokens` for `{layer_1}` with {num_q} queries "
+                f"(rows); expected {num_q} tokens, one per query, or {num_q + 1} starting "
+                "with [START] (as `Translation.tokens`)."
+            )
+    keys = in_list if spec.keys_from == "input" else outputs[0]
+    queries = in_list if spec.queries_from == "input" else outputs[1]
+    for tokens, size, source, axis in (
+        (keys, num_k, spec.keys_from, "keys (columns)"),
+        (queries, num_q, spec.queries_from, "queries (rows)"),
+    ):
+        if tokens is not None and len(tokens) != size:
+            name = "in_tokens" if source == "input" else "out_tokens"
+            raise ValueError(
+                f"Received {len(tokens)} `{name}` for `{layer_1}` with {size} {axis}; "
+                f"expected {size} tokens."
+            )
+    return keys, queries
+
+
+def _overview_block_size(kind, layers, keys, queries) -> tuple[float, float]:
+    """Width and height in inches of one kind's grid of panels, with labels and titles."""
+    num_layers, (num_heads, num_q, num_k) = len(layers), layers[0].shape
+    panel = min(max(0.9, 0.13 * max(num_q, num_k)), 2.0)
+    char = 0.07  # tick labels are drawn at 7 points
+    label_width = char * max((len(t) for t in queries), default=2) if queries else 0.3
+    label_height = char * max((len(t) for t in keys), default=2) if keys else 0.3
+    title = len(_OVERVIEW_KINDS[kind].role) + len(_OVERVIEW_KINDS[kind].feeding) + 2
+    width = max(num_heads * (panel + 0.15) + label_width + 1.6, 0.11 * title + 0.6)
+    height = num_layers * (panel + 0.3) + label_height + 0.9
+    return width, height
+
+
+def _overview_figsize(blocks) -> tuple[float, float]:
+    sizes = [_overview_block_size(*block) for block in blocks]
+    width = max(size[0] for size in sizes)
+    height = sum(size[1] for size in sizes) + (0.4 if len(blocks) > 1 else 0.0)
+    return (min(width, 30.0), min(height, 40.0))
+
+
+def _draw_overview_block(container, kind, layers, keys, queries) -> None:
+    """Draws one kind's layer x head grid, colour bar and titles into a figure or subfigure."""
+    spec = _OVERVIEW_KINDS[kind]
+    num_layers, num_heads = len(layers), layers[0].shape[0]
+    grid = container.subplots(num_layers, num_heads, squeeze=False)
+    vmax = max(float(layer.max()) if layer.size else 1.0 for layer in layers)
+    image = None
+    for layer, row in enumerate(grid):
+        for head, ax in enumerate(row):
+            image = ax.imshow(
+                layers[layer][head],
+                cmap="viridis",
+                vmin=0.0,
+                vmax=vmax,
+                origin="upper",
+                interpolation="nearest",
+            )
+            ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
+            _overview_ticks(ax, keys, queries, layers[layer].shape[1:], layer, head, num_layers)
+    container.colorbar(image, ax=grid.ravel().tolist(), shrink=0.8).set_label("attention weight")
+    container.supxlabel(f"{spec.keys_from} tokens (keys)" if keys is not None else "key position")
+    container.supylabel(
+        f"{spec.queries_from} tokens (queries)" if queries is not None else "query position"
+    )
+    container.suptitle(f"{spec.role}: {spec.feeding}")
+
+
+def _overview_ticks(ax, keys, queries, shape, layer: int, head: int, num_layers: int) -> None:
+    """Token ticks on the first column (queries) and the last row (keys); none elsewhere."""
+    num_q, num_k = shape
+    if head == 0:
+        _set_token_ticks(ax, queries, num_q, "y")
+    else:
+        ax.set_yticks([])
+    if layer == num_layers - 1:
+        _set_token_ticks(ax, keys, num_k, "x")
+    else:
+        ax.set_xticks([])
+    ax.tick_params(labelsize=7)
