@@ -1,8 +1,9 @@
-"""Tests of transformer/plot.py: every function returns a Figure with the right
+"""Tests of the transformer/plot/ package: every function returns a Figure with the right
 axes, labels and data, and bad input gets a clear error."""
 
 import io
 import math
+from pathlib import Path
 
 import matplotlib
 
@@ -368,6 +369,120 @@ def test_attention_weights_shape_errors():
         plot.plot_attention_weights(SRC, TGT, attention[0])
 
 
+# ------------------------------------------------------ overview of all layers and heads
+
+OUT = ["[START]", *TGT]  # as Translation.tokens: row i predicts OUT[i + 1]
+
+
+def weights_dict(rng, num_layers=2, num_heads=3, batch=None):
+    """A weights dict as the Transformer returns it, for SRC -> OUT."""
+    lead = () if batch is None else (batch,)
+    weights = {}
+    for i in range(1, num_layers + 1):
+        weights[f"encoder_layer{i}"] = softmax_rows(rng, (*lead, num_heads, len(SRC), len(SRC)))
+        weights[f"decoder_layer{i}_block1"] = softmax_rows(
+            rng, (*lead, num_heads, len(TGT), len(TGT))
+        )
+        weights[f"decoder_layer{i}_block2"] = softmax_rows(
+            rng, (*lead, num_heads, len(TGT), len(SRC))
+        )
+    return weights
+
+
+def test_attention_overview_of_one_kind_is_a_layer_by_head_grid():
+    weights = weights_dict(np.random.default_rng(3))
+    fig = rendered(plot.plot_attention_overview(SRC, OUT, weights, kind="cross"))
+    axes = main_axes(fig)
+    assert len(axes) == 2 * 3
+    assert len(colorbar_axes(fig)) == 1
+    assert axes[0].get_subplotspec().get_geometry()[:2] == (2, 3)  # layers x heads
+    assert fig.get_suptitle().startswith("encoder-decoder attention: ")
+    for index, ax in enumerate(axes):
+        layer, head = divmod(index, 3)
+        assert ax.get_title() == f"layer {layer + 1}, head {head + 1}"
+        np.testing.assert_allclose(
+            image_data(ax), weights[f"decoder_layer{layer + 1}_block2"][head]
+        )
+        # Queries (the predicted tokens OUT[1:]) on the first column, keys on the last row.
+        assert texts(ax.get_yticklabels()) == (TGT if head == 0 else [])
+        assert texts(ax.get_xticklabels()) == (SRC if layer == 1 else [])
+    # One colour scale for every layer and head of the kind.
+    expected = max(weights[f"decoder_layer{i}_block2"].max() for i in (1, 2))
+    assert {ax.images[0].get_clim() for ax in axes} == {(0.0, expected)}
+
+
+def test_attention_overview_of_all_kinds_in_the_order_of_section_3_2_3():
+    weights = weights_dict(np.random.default_rng(4), num_layers=1, num_heads=2)
+    fig = rendered(plot.plot_attention_overview(SRC, OUT, weights))
+    assert len(fig.subfigs) == 3
+    titles = [subfig.get_suptitle().split(":")[0] for subfig in fig.subfigs]
+    assert titles == [
+        "encoder-decoder attention",
+        "encoder self-attention",
+        "masked decoder self-attention",
+    ]
+    assert "layer (rows) and head (columns)" in fig.get_suptitle()
+    cross, encoder, decoder = (main_axes(subfig) for subfig in fig.subfigs)
+    assert [len(axes) for axes in (cross, encoder, decoder)] == [2, 2, 2]
+    assert all(len(colorbar_axes(subfig)) == 1 for subfig in fig.subfigs)
+    assert texts(encoder[0].get_yticklabels()) == SRC
+    assert texts(encoder[0].get_xticklabels()) == SRC
+    # The decoder read OUT[:-1] (its keys) and row i predicts OUT[i + 1].
+    assert texts(decoder[0].get_xticklabels()) == OUT[:-1]
+    assert texts(decoder[0].get_yticklabels()) == TGT
+    assert texts(decoder[1].get_yticklabels()) == []
+    np.testing.assert_allclose(image_data(decoder[1]), weights["decoder_layer1_block1"][1])
+
+
+def test_attention_overview_of_batched_weights_and_one_token_per_query():
+    weights = weights_dict(np.random.default_rng(5), num_layers=1, num_heads=2, batch=2)
+    fig = rendered(
+        plot.plot_attention_overview(SRC, TGT, weights, kind="decoder_self", batch_index=1)
+    )
+    axes = main_axes(fig)
+    assert fig.get_suptitle().startswith("masked decoder self-attention: ")
+    np.testing.assert_allclose(image_data(axes[1]), weights["decoder_layer1_block1"][1, 1])
+    assert texts(axes[0].get_xticklabels()) == TGT  # the same tokens on both axes
+    assert texts(axes[0].get_yticklabels()) == TGT
+    # Tokens are optional; the encoder needs none of the decoder's.
+    encoder_only = {"encoder_layer1": weights["encoder_layer1"][:1]}  # (1, heads, q, k)
+    fig = rendered(plot.plot_attention_overview(None, None, encoder_only, kind="encoder"))
+    assert fig.get_suptitle().startswith("encoder self-attention: ")
+    assert main_axes(fig)[0].get_ylabel() == ""
+    assert fig.get_supylabel() == "query position"
+
+
+def test_attention_overview_bad_input():
+    weights = weights_dict(np.random.default_rng(6), num_layers=3, num_heads=2)
+    with pytest.raises(ValueError, match="`kind`.*'all', 'cross', 'encoder'.*kind='self'"):
+        plot.plot_attention_overview(SRC, OUT, weights, kind="self")
+    with pytest.raises(ValueError, match="`attention_weights`.*encoder_layer.*list"):
+        plot.plot_attention_overview(SRC, OUT, [weights["encoder_layer1"]])
+    gap = {k: v for k, v in weights.items() if k != "decoder_layer2_block2"}
+    with pytest.raises(ValueError, match="without `decoder_layer2_block2` \\(encoder-decoder"):
+        plot.plot_attention_overview(SRC, OUT, gap, kind="cross")
+    with pytest.raises(ValueError, match="without `encoder_layer1`.*kind='encoder'.*keys are"):
+        plot.plot_attention_overview(
+            SRC, OUT, {"decoder_layer1_block1": weights["encoder_layer1"]}, kind="encoder"
+        )
+    rank = {**weights, "encoder_layer2": weights["encoder_layer2"][0]}
+    with pytest.raises(
+        ValueError, match=r"`attention_weights\['encoder_layer2'\]`.*shape \(6, 6\)"
+    ):
+        plot.plot_attention_overview(SRC, OUT, rank, kind="encoder")
+    shape = {**weights, "encoder_layer3": weights["encoder_layer3"][:1]}
+    with pytest.raises(ValueError, match=r"shape \(1, 6, 6\).*layer 1 of shape \(2, 6, 6\)"):
+        plot.plot_attention_overview(SRC, OUT, shape, kind="encoder")
+    with pytest.raises(ValueError, match="Received 5 `in_tokens` for `encoder_layer1` with 6 keys"):
+        plot.plot_attention_overview(SRC[:5], OUT, weights, kind="encoder")
+    with pytest.raises(ValueError, match="Received 4 `out_tokens`.*expected 5 tokens.*or 6"):
+        plot.plot_attention_overview(SRC, OUT[:4], weights, kind="cross")
+    with pytest.raises(ValueError, match="`batch_index`.*batch of 1"):
+        plot.plot_attention_overview(
+            SRC, OUT, {"encoder_layer1": np.zeros((1, 2, 6, 6))}, kind="encoder", batch_index=1
+        )
+
+
 # ------------------------------------------------------------------ training curves
 
 HISTORY = {
@@ -469,12 +584,22 @@ def test_figures_render_inline_in_jupyter_and_leave_no_pyplot_state():
     assert plt.get_fignums() == []
 
 
-def test_plot_module_imports_neither_tensorflow_nor_pyplot():
-    source = open(plot.__file__, encoding="utf-8").read()
-    for forbidden in (
-        "import tensorflow",
-        "from tensorflow",
-        "import keras",
-        "import matplotlib.pyplot",
-    ):
-        assert forbidden not in source
+def test_plot_package_imports_neither_tensorflow_nor_pyplot():
+    modules = sorted(Path(plot.__file__).parent.glob("*.py"))
+    assert {path.name for path in modules} >= {"__init__.py", "_figure.py", "attention.py"}
+    for path in modules:
+        source = path.read_text(encoding="utf-8")
+        for forbidden in (
+            "import tensorflow",
+            "from tensorflow",
+            "import keras",
+            "import matplotlib.pyplot",
+        ):
+            assert forbidden not in source, f"{path.name}: {forbidden}"
+
+
+def test_every_public_function_is_exported_from_the_package():
+    for name in plot.__all__:
+        function = getattr(plot, name)
+        assert callable(function)
+        assert function.__module__.startswith("transformer.plot.")
