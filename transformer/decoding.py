@@ -42,6 +42,7 @@ from transformer.masking import create_padding_mask
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_BEAM_SIZE",
+    "DEFAULT_EXTRA_LENGTH",
     "beam_search_decode",
     "cached_greedy_decode",
     "compile_beam_search",
@@ -49,6 +50,7 @@ __all__ = [
     "decode_step",
     "length_penalty",
     "naive_greedy_decode",
+    "output_limits",
     "sequence_log_probs",
     "start_decoding",
 ]
@@ -62,6 +64,10 @@ _SCALAR_INT = tf.TensorSpec([], tf.int32)
 _SCALAR_FLOAT = tf.TensorSpec([], tf.float32)
 _SCALAR_BOOL = tf.TensorSpec([], tf.bool)
 _FLAGS_SPEC = tf.TensorSpec([None], tf.bool, name="initial_finished")
+_LIMITS_SPEC = tf.TensorSpec([None], tf.int32, name="row_limits")
+
+# Section 6.1: "maximum output length during inference to input length + 50".
+DEFAULT_EXTRA_LENGTH = 50
 
 
 def length_penalty(length, alpha):
@@ -208,7 +214,7 @@ def _flags(initial_finished, batch_size):
 
 def cached_greedy_decode(
     model, encoder_tokens, max_length, force_length=False, initial_finished=None,
-    return_log_probs=False,
+    return_log_probs=False, row_limits=None,
 ):
     """Greedy decoding with cached keys and values: the naive loop's tokens, faster.
 
@@ -224,6 +230,9 @@ def cached_greedy_decode(
             start (all `[PAD]`).
         return_log_probs: also return each sentence's `log P(Y | X)`, summed
             in the loop over the tokens up to and including `[END]`.
+        row_limits: optional int32 `(batch,)`: the most output tokens of each
+            sentence (see `output_limits`); a sentence that reaches its limit
+            without `[END]` stops there.
 
     Returns:
         int64 `(batch, steps)` output tokens (no `[START]`); a finished sentence
@@ -248,6 +257,8 @@ def cached_greedy_decode(
         log_probs += tf.where(finished, 0.0, token_log_prob)
         next_token = tf.where(finished, tf.constant(PAD_ID, tf.int64), next_token)
         finished = finished | (tf.equal(next_token, END_ID) & ~force_length)
+        if row_limits is not None:
+            finished = finished | (step + 1 >= row_limits)
         output = tf.concat([output, next_token[:, tf.newaxis]], axis=1)  # (batch, step + 2)
         return step + 1, output, finished, log_probs, cache
 
@@ -309,7 +320,22 @@ def _top_candidates(logits, alive, alive_log_probs, k):
     return cand_log_probs, cand_token, cand_rows, cand_seqs
 
 
-def _beam_step(model, k, alpha, max_length, cross_mask, state):
+def _finish_alive(state, rows, penalty, max_length, k):
+    """Finishes the live hypotheses of the sentences `rows` (bool `(batch,)`) as they
+    are, scored at their length, and marks those sentences done."""
+    (step, alive, alive_log_probs, cache, finished_tokens, finished_scores,
+     num_finished, done) = state
+    batch_size = tf.shape(alive_log_probs)[0]
+    scores = tf.where(rows[:, tf.newaxis], alive_log_probs / penalty, -np.inf)  # (batch, k)
+    sequences = tf.reshape(alive[:, 1:], [batch_size, k, -1])  # (batch, k, length)
+    finished_tokens, finished_scores = _merge_finished(
+        finished_tokens, finished_scores, _pad_to(sequences, max_length), scores, k
+    )
+    return (step, alive, alive_log_probs, cache, finished_tokens, finished_scores,
+            num_finished, done | rows)
+
+
+def _beam_step(model, k, alpha, max_length, cross_mask, row_limits, state):
     """One step of beam search: extend, finish the ending candidates, keep `k` live."""
     (step, alive, alive_log_probs, cache, finished_tokens, finished_scores,
      num_finished, done) = state
@@ -340,8 +366,11 @@ def _beam_step(model, k, alpha, max_length, cross_mask, state):
         tf.gather(cand_seqs, keep, batch_dims=1), [batch_size * k, step + 2]
     )  # (batch * k, step + 2)
     rows = tf.reshape(tf.gather(cand_rows, keep, batch_dims=1), [-1])  # (batch * k,)
-    return (step + 1, alive, alive_log_probs, _reorder_cache(cache, rows), finished_tokens,
-            finished_scores, num_finished, done)
+    state = (step + 1, alive, alive_log_probs, _reorder_cache(cache, rows), finished_tokens,
+             finished_scores, num_finished, done)
+    if row_limits is not None:  # sentences at their own limit finish as they are
+        state = _finish_alive(state, (step + 1 >= row_limits) & ~done, penalty, max_length, k)
+    return state
 
 
 def _reorder_cache(cache, rows):
@@ -384,7 +413,7 @@ def _initial_beams(model, encoder_tokens, max_length, k, initial_finished):
 
 def beam_search_decode(
     model, encoder_tokens, max_length, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-    initial_finished=None,
+    initial_finished=None, row_limits=None,
 ):
     """Batched beam search with the GNMT length penalty, on the cached decoder.
 
@@ -415,6 +444,10 @@ def beam_search_decode(
         alpha: length-penalty exponent (float or float32 scalar, >= 0).
         initial_finished: optional bool `(batch,)`: sentences to skip (their
             output is all `[PAD]` and their score `-inf`).
+        row_limits: optional int32 `(batch,)`: the most output tokens of each
+            sentence (see `output_limits`); at its limit a sentence finishes
+            with its live hypotheses as they are, as every sentence does at
+            `max_length`.
 
     Returns:
         `(tokens, scores)`: int64 `(batch, max_length)` output tokens of the best
@@ -430,65 +463,85 @@ def beam_search_decode(
     )
     state = tf.while_loop(
         lambda step, *rest: (step < max_length) & ~tf.reduce_all(rest[-1]),
-        lambda *state: _beam_step(model, k, alpha, max_length, cross_mask, state),
+        lambda *state: _beam_step(model, k, alpha, max_length, cross_mask, row_limits, state),
         loop_vars=state,
         shape_invariants=invariants,
     )
-    step, alive, alive_log_probs, _, finished_tokens, finished_scores, _, done = state
     # Sentences still running at max_length finish with their live hypotheses.
-    batch_size = tf.shape(alive_log_probs)[0]
-    alive_scores = tf.where(
-        done[:, tf.newaxis], -np.inf, alive_log_probs / length_penalty(step, alpha)
-    )  # (batch, k)
-    alive = tf.reshape(alive[:, 1:], [batch_size, k, -1])  # (batch, k, step)
-    finished_tokens, finished_scores = _merge_finished(
-        finished_tokens, finished_scores, _pad_to(alive, max_length), alive_scores, k
-    )
+    step, done = state[0], state[-1]
+    state = _finish_alive(state, ~done, length_penalty(step, alpha), max_length, k)
+    finished_tokens, finished_scores = state[4], state[5]
     return finished_tokens[:, 0, :], finished_scores[:, 0]
 
 
-def compile_greedy_decode(model, return_log_probs=False):
+def compile_greedy_decode(model, return_log_probs=False, row_limits=False):
     """`cached_greedy_decode` for `model`, compiled once for every shape.
 
     Returns:
         A `tf.function` `f(encoder_tokens, max_length, force_length,
         initial_finished)` taking int64 `(batch, input_len)`, int32, bool and
-        bool `(batch,)` tensors; it traces once, whatever the batch size and
-        lengths (`f.experimental_get_tracing_count()` stays 1). It returns the
+        bool `(batch,)` tensors (and, with `row_limits`, an int32 `(batch,)`
+        fifth argument); it traces once, whatever the batch size and lengths
+        (`f.experimental_get_tracing_count()` stays 1). It returns the
         tokens, or `(tokens, log_probs)` with `return_log_probs`.
     """
 
-    def greedy(encoder_tokens, max_length, force_length, initial_finished):
+    def greedy(encoder_tokens, max_length, force_length, initial_finished, limits=None):
         return cached_greedy_decode(
             model, encoder_tokens, max_length, force_length, initial_finished,
-            return_log_probs=return_log_probs,
+            return_log_probs=return_log_probs, row_limits=limits,
         )
 
+    signature = [TOKENS_SPEC, _SCALAR_INT, _SCALAR_BOOL, _FLAGS_SPEC]
     return tf.function(
-        greedy,
-        input_signature=[TOKENS_SPEC, _SCALAR_INT, _SCALAR_BOOL, _FLAGS_SPEC],
-        autograph=False,
+        greedy, input_signature=signature + [_LIMITS_SPEC] * row_limits, autograph=False
     )
 
 
-def compile_beam_search(model):
+def compile_beam_search(model, row_limits=False):
     """`beam_search_decode` for `model`, compiled once for every shape and beam size.
 
     Returns:
         A `tf.function` `f(encoder_tokens, max_length, beam_size, alpha,
-        initial_finished)` -> `(tokens, scores)`.
+        initial_finished)` (and, with `row_limits`, an int32 `(batch,)` sixth
+        argument) -> `(tokens, scores)`.
     """
 
-    def beam(encoder_tokens, max_length, beam_size, alpha, initial_finished):
+    def beam(encoder_tokens, max_length, beam_size, alpha, initial_finished, limits=None):
         return beam_search_decode(
-            model, encoder_tokens, max_length, beam_size, alpha, initial_finished
+            model, encoder_tokens, max_length, beam_size, alpha, initial_finished,
+            row_limits=limits,
         )
 
+    signature = [TOKENS_SPEC, _SCALAR_INT, _SCALAR_INT, _SCALAR_FLOAT, _FLAGS_SPEC]
     return tf.function(
-        beam,
-        input_signature=[TOKENS_SPEC, _SCALAR_INT, _SCALAR_INT, _SCALAR_FLOAT, _FLAGS_SPEC],
-        autograph=False,
+        beam, input_signature=signature + [_LIMITS_SPEC] * row_limits, autograph=False
     )
+
+
+def output_limits(encoder_tokens, max_length, extra_length=DEFAULT_EXTRA_LENGTH):
+    """Each sentence's most output tokens: its input length + `extra_length`.
+
+    Section 6.1 of Vaswani et al., 2017: "We set the maximum output length
+    during inference to input length + 50, but terminate early when
+    possible." The input length counts the source's subword tokens between
+    `[START]` and `[END]`; the limit never exceeds `max_length`.
+
+    Args:
+        encoder_tokens: int source tokens `(batch, input_len)`, 0 = padding.
+        max_length: the overall cap (int or int32 scalar).
+        extra_length: tokens allowed beyond the input length; None for no
+            per-sentence limit (every sentence gets `max_length`).
+
+    Returns:
+        int32 `(batch,)`.
+    """
+    encoder_tokens = tf.convert_to_tensor(encoder_tokens)
+    max_length = tf.cast(max_length, tf.int32)
+    if extra_length is None:
+        return tf.fill([tf.shape(encoder_tokens)[0]], max_length)
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(encoder_tokens, PAD_ID), tf.int32), axis=1)
+    return tf.minimum(tf.maximum(lengths - 2, 0) + extra_length, max_length)  # (batch,)
 
 
 # ---------------------------------------------------------------------------

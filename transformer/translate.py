@@ -23,8 +23,10 @@ import tensorflow as tf
 from transformer import rundir
 from transformer._validation import check_int_at_least
 from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH, PAD_ID, START_ID
+from transformer.data.tokenizers import load_tokenizers
 from transformer.decoding import (
     DEFAULT_ALPHA,
+    DEFAULT_EXTRA_LENGTH,
     TOKENS_SPEC,
     beam_search_decode,
     cached_greedy_decode,
@@ -32,6 +34,7 @@ from transformer.decoding import (
     compile_greedy_decode,
     length_penalty,
     output_lengths,
+    output_limits,
     teacher_forced_pass,
 )
 
@@ -170,6 +173,9 @@ class Translator:
         transformer: a trained `Transformer`.
         max_length: default cap on output tokens (`[END]` included); at most the
             model's `max_length`.
+        extra_length: each output also gets at most its input's length plus
+            this many tokens (section 6.1 of the paper: input length + 50);
+            None for no per-sentence limit.
 
     Call arguments:
         sentence_or_list: a string or a list of strings (a batch).
@@ -186,11 +192,14 @@ class Translator:
     Example:
 
     >>> translator = Translator.from_run("runs/toy")
-    >>> text, tokens, attention_weights = translator("o gato preto come o peixe")
-    >>> results = translator(["o gato", "o peixe"], beam_size=4)
+    >>> text, tokens, attention_weights = translator("o gato preto come o bolo")
+    >>> results = translator(["o gato", "os meninos não dormem"], beam_size=4)
     """
 
-    def __init__(self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH):
+    def __init__(
+        self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,
+        extra_length=DEFAULT_EXTRA_LENGTH,
+    ):
         for side in ("source", "target"):
             if not hasattr(tokenizers, side):
                 raise ValueError(
@@ -206,9 +215,12 @@ class Translator:
         check_int_at_least("max_length", max_length, 1)
         self.tokenizers = tokenizers
         self.transformer = transformer
+        if extra_length is not None:
+            check_int_at_least("extra_length", extra_length, 0)
         self.max_length = min(int(max_length), int(transformer.max_length))
-        self._greedy = compile_greedy_decode(transformer, return_log_probs=True)
-        self._beam = compile_beam_search(transformer)
+        self.extra_length = extra_length
+        self._greedy = compile_greedy_decode(transformer, return_log_probs=True, row_limits=True)
+        self._beam = compile_beam_search(transformer, row_limits=True)
         # The teacher-forced pass that gives the attention weights, compiled once.
         self._attention_pass = tf.function(
             functools.partial(teacher_forced_pass, transformer, attention=True),
@@ -229,8 +241,6 @@ class Translator:
         """
         path = rundir.check_run_dir(run_dir)
         rundir.read_json(path / rundir.CONFIG_FILE)  # a readable config marks a finished run
-        from transformer.data.tokenizers import load_tokenizers
-
         try:
             tokenizers = load_tokenizers(path / rundir.TOKENIZERS_DIR)
         except Exception as err:  # noqa: BLE001 - any loading failure is reported in one line
@@ -361,13 +371,16 @@ class Translator:
         """Output tokens `(batch, steps)` and float64 numpy `(batch,)` scores:
         `log P` for greedy decoding, `log P / lp` for beam search."""
         empty = tf.constant(empty)
-        max_length = tf.constant(max_length, tf.int32)
+        limits = output_limits(encoder_tokens, max_length, self.extra_length)  # (batch,)
+        max_length = tf.reduce_max(tf.concat([limits, [0]], axis=0))
         if beam_size == 1:
-            output, scores = self._greedy(encoder_tokens, max_length, tf.constant(False), empty)
+            output, scores = self._greedy(
+                encoder_tokens, max_length, tf.constant(False), empty, limits
+            )
         else:
             output, scores = self._beam(
                 encoder_tokens, max_length, tf.constant(beam_size, tf.int32),
-                tf.constant(alpha, tf.float32), empty,
+                tf.constant(alpha, tf.float32), empty, limits,
             )
         return output, scores.numpy().astype(np.float64)
 
@@ -398,7 +411,7 @@ class _ExportedTranslator(tf.Module):
     AutoGraph, so it exports from a Jupyter kernel too.
     """
 
-    def __init__(self, tokenizers, transformer, max_length):
+    def __init__(self, tokenizers, transformer, max_length, extra_length):
         super().__init__(name="translator")
         self.tokenizers = tokenizers
         self.transformer = transformer
@@ -412,16 +425,21 @@ class _ExportedTranslator(tf.Module):
             encoder_tokens, _, empty = _tokenize_and_trim(
                 self.tokenizers.source, flat, model_max_length
             )
-            max_length = tf.minimum(max_length, model_max_length)
+            limits = output_limits(
+                encoder_tokens, tf.minimum(max_length, model_max_length), extra_length
+            )  # (batch,)
+            max_length = tf.reduce_max(tf.concat([limits, [0]], axis=0))
 
             def greedy():
                 return cached_greedy_decode(
-                    self.transformer, encoder_tokens, max_length, False, empty
+                    self.transformer, encoder_tokens, max_length, False, empty,
+                    row_limits=limits,
                 )
 
             def beam():
                 tokens, _ = beam_search_decode(
-                    self.transformer, encoder_tokens, max_length, beam_size, alpha, empty
+                    self.transformer, encoder_tokens, max_length, beam_size, alpha, empty,
+                    row_limits=limits,
                 )
                 return tokens
 
@@ -461,7 +479,7 @@ def export_translator(translator_or_run_dir, export_dir=None):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401
         translator = tf.saved_model.load("runs/toy/export")
-        translator(tf.constant("o gato preto come o peixe")).numpy().decode()
+        translator(tf.constant("o gato preto come o bolo")).numpy().decode()
         translator.translate(tf.constant(["o gato"]), max_length=tf.constant(40),
                              beam_size=tf.constant(4), alpha=tf.constant(0.6))
 
@@ -485,7 +503,8 @@ def export_translator(translator_or_run_dir, export_dir=None):
         if export_dir is None:
             export_dir = Path(translator_or_run_dir) / rundir.EXPORT_DIR
     module = _ExportedTranslator(
-        translator.tokenizers, translator.transformer, translator.max_length
+        translator.tokenizers, translator.transformer, translator.max_length,
+        translator.extra_length,
     )
     export_dir = Path(export_dir)
     tf.saved_model.save(module, str(export_dir))

@@ -383,7 +383,7 @@ def plot_attention_overview(
 
     Example:
 
-    >>> result = translator("o gato preto come o peixe")
+    >>> result = translator("o gato preto come o bolo")
     >>> fig = plot_attention_overview(
     ...     result.input_tokens, result.tokens, result.attention_weights, kind="cross")
     """
