@@ -47,6 +47,7 @@ tokenizer.detokenize(tokenizer.tokenize(tf.constant(["Move files to the Trash…
 from __future__ import annotations
 
 import collections
+import hashlib
 import io
 import logging
 import os
@@ -257,8 +258,14 @@ class SentencePieceTokenizer(tf.Module):
         )
         if not Path(vocab_path).is_file():
             raise DataError(f"{vocab_path}: missing vocabulary file beside {model_path}.")
+        model = Path(model_path).read_bytes()
+        # tensorflow_text's model resource is owned by its kernel and found by
+        # node name: in a reloaded SavedModel, two tokenizers under the same
+        # name would both use one of the two models. A name made from the
+        # model's bytes keeps different models apart, across SavedModels too.
+        name = "sentencepiece_" + hashlib.sha256(model).hexdigest()[:16]
         self.tokenizer = text.SentencepieceTokenizer(
-            model=Path(model_path).read_bytes(), out_type=tf.int32, add_bos=True, add_eos=True
+            model=model, out_type=tf.int32, add_bos=True, add_eos=True, name=name
         )
         reserved_tokens = list(reserved_tokens)
         found = self.tokenizer.id_to_string(tf.range(len(reserved_tokens))).numpy()
