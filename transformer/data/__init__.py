@@ -6,6 +6,7 @@
 - `tfds_ted`: the tutorial's `ted_hrlr_translate/pt_to_en` through TFDS.
 - `loading`: `load_corpus`, which picks one of the above.
 - `wordpiece`, `tokenizers`: WordPiece vocabularies and subword tokenizers.
+- `sentencepiece`: reversible SentencePiece tokenizers (`build_tokenizers(kind=...)`).
 - `batching`: `((context, x), labels)` datasets for training.
 
 The names below are imported from their modules on first use: reading a TSV
@@ -45,6 +46,11 @@ _EXPORTS = {
     "save_tokenizers": "tokenizers",
     "load_tokenizers": "tokenizers",
     "DEFAULT_VOCAB_SIZE": "tokenizers",
+    "TOKENIZER_KINDS": "tokenizers",
+    "tokenizer_kind": "tokenizers",
+    "SentencePieceTokenizer": "sentencepiece",
+    "learn_sentencepiece_model": "sentencepiece",
+    "write_sentencepiece_files": "sentencepiece",
     "TokenizedPairs": "batching",
     "tokenize_pairs": "batching",
     "batches_from_tokens": "batching",

@@ -1,6 +1,12 @@
 """Subword tokenizers, as in TensorFlow's subword tokenizer tutorial.
 
-Each language gets a WordPiece vocabulary learnt from its training text, and a
+Two kinds: `"wordpiece"` (the tutorial's, the default, described here) and
+`"sentencepiece"` (`transformer.data.sentencepiece`: reversible, keeps case,
+accents and punctuation, optionally one vocabulary shared by both languages
+as in section 3.4 of the paper). `build_tokenizers(..., kind=...)` builds
+either; `save_tokenizers` and `load_tokenizers` handle both.
+
+With WordPiece, each language gets a WordPiece vocabulary learnt from its training text, and a
 `tensorflow_text.BertTokenizer` that lower-cases, strips accents, splits off
 punctuation and then splits words into word pieces ("gatinhos" -> "gat",
 "##inhos"). Token ids 0-3 are the reserved tokens `[PAD] [UNK] [START] [END]`
@@ -36,6 +42,7 @@ import tensorflow_text as text
 
 from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from transformer.data.corpus import DataError, Pair
+from transformer.data.sentencepiece import SentencePieceTokenizer
 from transformer.data.wordpiece import learn_wordpiece_vocab
 
 logger = logging.getLogger(__name__)
@@ -43,6 +50,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_VOCAB_SIZE = 8000
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
+TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 
 _ID_DTYPES = (tf.int64, tf.int32)
 
@@ -187,8 +195,11 @@ class TranslationTokenizers(tf.Module):
     """The source and target tokenizers of a translation task, saved together.
 
     Attributes:
-        source: the `SubwordTokenizer` of the source language (Portuguese).
-        target: the `SubwordTokenizer` of the target language (English).
+        source: the tokenizer of the source language (Portuguese): a
+            `SubwordTokenizer` or a `SentencePieceTokenizer`.
+        target: the tokenizer of the target language (English). With a
+            shared vocabulary it is the same object as `source`, and stays so
+            after saving and reloading.
 
     Example:
 
@@ -270,23 +281,40 @@ def build_vocab(
 def build_tokenizers(
     pairs: Sequence[Pair],
     vocab_size: int = DEFAULT_VOCAB_SIZE,
-    lower_case: bool = True,
+    lower_case: bool | None = None,
     vocab_dir=None,
     learn_params: dict | None = None,
+    kind: str = "wordpiece",
+    shared: bool = False,
 ) -> TranslationTokenizers:
     """Learns source and target vocabularies from sentence pairs and builds tokenizers.
 
     Args:
         pairs: `(source, target)` training pairs.
-        vocab_size: the largest vocabulary per language, reserved tokens
-            included (the tutorial uses 8000). A small corpus gives fewer.
-        lower_case: lower-case and strip accents ("Não" -> "nao").
-        vocab_dir: where to write `source_vocab.txt` and `target_vocab.txt`;
-            a temporary directory (kept while the tokenizers live) if None.
-        learn_params: extra arguments for `learn_wordpiece_vocab`.
+        vocab_size: the largest vocabulary per language (or shared), reserved
+            tokens included (the tutorial uses 8000). A small corpus gives
+            fewer (SentencePiece logs a warning when it has to).
+        lower_case: WordPiece: lower-case and strip accents ("Não" -> "nao"),
+            True if None. SentencePiece: False if None (text kept as it is);
+            True lower-cases (`"nmt_nfkc_cf"` normalisation), keeping accents.
+        vocab_dir: where to write the vocabulary files (`source_vocab.txt`
+            and `target_vocab.txt`, or `source.model`/`.vocab` and
+            `target.model`/`.vocab`, or `shared.model`/`.vocab`); a temporary
+            directory (kept while the tokenizers live) if None.
+        learn_params: extra arguments for the learner of that kind:
+            `learn_wordpiece_vocab` or `learn_sentencepiece_model` (e.g.
+            `{"model_type": "bpe"}`).
+        kind: `"wordpiece"` (the tutorial's) or `"sentencepiece"`.
+        shared: learn one SentencePiece vocabulary from both languages' text,
+            used as both `.source` and `.target` (section 3.4 of the paper
+            shares it to tie the embeddings). SentencePiece only.
 
     Returns:
         A `TranslationTokenizers` with `.source` and `.target`.
+
+    Raises:
+        ValueError: for a bad `vocab_size`, `kind`, or `shared` with WordPiece.
+        DataError: if there are no pairs or no text.
 
     Example:
 
@@ -294,6 +322,8 @@ def build_tokenizers(
     corpus = generate_toy_corpus()
     tokenizers = build_tokenizers(corpus.train)
     tokenizers.target.tokenize(tf.constant(["the black cat"]))
+    shared = build_tokenizers(corpus.train, kind="sentencepiece", shared=True)
+    shared.source is shared.target  # True
     ```
     """
     if (
@@ -305,9 +335,45 @@ def build_tokenizers(
             "Received an invalid value for argument `vocab_size`, expected an integer "
             f"larger than {len(RESERVED_TOKENS)}. Received: vocab_size={vocab_size!r}"
         )
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"kind must be one of {TOKENIZER_KINDS}, got {kind!r}.")
+    if shared and kind != "sentencepiece":
+        raise ValueError("A shared vocabulary (shared=True) needs kind='sentencepiece'.")
     if len(pairs) == 0:
         raise DataError("Cannot build tokenizers from an empty list of sentence pairs.")
     started = time.perf_counter()
+    keep_alive = None
+    if vocab_dir is None:
+        keep_alive = tempfile.TemporaryDirectory(prefix="tokenizers-")
+        vocab_dir = keep_alive.name
+    vocab_dir = Path(vocab_dir)
+    vocab_dir.mkdir(parents=True, exist_ok=True)
+    if kind == "wordpiece":
+        tokenizers = _build_wordpiece(
+            pairs, vocab_size, True if lower_case is None else lower_case, vocab_dir, learn_params
+        )
+    else:
+        tokenizers = _build_sentencepiece(
+            pairs, vocab_size, bool(lower_case), vocab_dir, learn_params, shared
+        )
+    # Plain Python attributes (not tracked by tf.Module): the temporary
+    # directory is deleted when the last of the tokenizers is.
+    for module in (tokenizers, tokenizers.source, tokenizers.target):
+        object.__setattr__(module, "_vocab_tempdir", keep_alive)
+    logger.info(
+        "Built %s%s tokenizers from %d pairs in %.1f s: %d source and %d target tokens.",
+        "shared " if shared else "",
+        kind,
+        len(pairs),
+        time.perf_counter() - started,
+        int(tokenizers.source.get_vocab_size()),
+        int(tokenizers.target.get_vocab_size()),
+    )
+    return tokenizers
+
+
+def _build_wordpiece(pairs, vocab_size, lower_case, vocab_dir: Path, learn_params):
+    """The tutorial's WordPiece vocabularies, one per language."""
     sources = [source for source, _ in pairs]
     targets = [target for _, target in pairs]
     # Splitting text into words is TensorFlow work that releases the GIL: the
@@ -318,31 +384,33 @@ def build_tokenizers(
         target_vocab = build_vocab(
             targets, vocab_size, lower_case, learn_params, counts=target_counts.result()
         )
-
-    keep_alive = None
-    if vocab_dir is None:
-        keep_alive = tempfile.TemporaryDirectory(prefix="tokenizers-")
-        vocab_dir = keep_alive.name
-    vocab_dir = Path(vocab_dir)
-    vocab_dir.mkdir(parents=True, exist_ok=True)
     source_path = _write_vocab(source_vocab, vocab_dir / SOURCE_VOCAB_FILE)
     target_path = _write_vocab(target_vocab, vocab_dir / TARGET_VOCAB_FILE)
-    tokenizers = TranslationTokenizers(
+    return TranslationTokenizers(
         SubwordTokenizer(source_path, lower_case=lower_case),
         SubwordTokenizer(target_path, lower_case=lower_case),
     )
-    # Plain Python attributes (not tracked by tf.Module): the temporary
-    # directory is deleted when the last of the tokenizers is.
-    for module in (tokenizers, tokenizers.source, tokenizers.target):
-        object.__setattr__(module, "_vocab_tempdir", keep_alive)
-    logger.info(
-        "Built tokenizers from %d pairs in %.1f s: %d source and %d target tokens.",
-        len(pairs),
-        time.perf_counter() - started,
-        len(source_vocab),
-        len(target_vocab),
-    )
-    return tokenizers
+
+
+def _build_sentencepiece(pairs, vocab_size, lower_case, vocab_dir: Path, learn_params, shared):
+    """SentencePiece models, one per language or one shared (`shared.model`)."""
+    from transformer.data.sentencepiece import learn_sentencepiece_model, write_sentencepiece_files
+
+    params = dict(learn_params or {})
+    if lower_case:
+        params.setdefault("normalization", "nmt_nfkc_cf")
+
+    def learn(stem: str, sentences) -> SentencePieceTokenizer:
+        proto = learn_sentencepiece_model(sentences, vocab_size, **params)
+        files = write_sentencepiece_files(proto, vocab_dir, stem)
+        return SentencePieceTokenizer(files.model, files.vocab)
+
+    sources = [source for source, _ in pairs]
+    targets = [target for _, target in pairs]
+    if shared:
+        tokenizer = learn("shared", sources + targets)
+        return TranslationTokenizers(tokenizer, tokenizer)
+    return TranslationTokenizers(learn("source", sources), learn("target", targets))
 
 
 def _write_vocab(vocab: list[str], path: Path) -> str:
@@ -350,8 +418,13 @@ def _write_vocab(vocab: list[str], path: Path) -> str:
     return str(path)
 
 
+def tokenizer_kind(tokenizer) -> str:
+    """`"sentencepiece"` or `"wordpiece"`, for a built or reloaded tokenizer."""
+    return "sentencepiece" if hasattr(tokenizer, "get_model_path") else "wordpiece"
+
+
 def save_tokenizers(tokenizers, directory) -> Path:
-    """Saves tokenizers as a SavedModel, with the two vocabulary files beside it.
+    """Saves tokenizers as a SavedModel, with their vocabulary files beside it.
 
     Args:
         tokenizers: a `TranslationTokenizers` (built or reloaded).
@@ -359,8 +432,10 @@ def save_tokenizers(tokenizers, directory) -> Path:
 
     Returns:
         The directory, as a `Path`. It holds `saved_model.pb`, `variables/`,
-        `assets/` (the vocabularies the SavedModel uses) and
-        `source_vocab.txt` / `target_vocab.txt` for people to read.
+        `assets/` (the files the SavedModel uses) and, for people to read,
+        `source_vocab.txt` / `target_vocab.txt` (WordPiece) or
+        `source.model` / `source.vocab` / `target.model` / `target.vocab`
+        (`shared.model` / `shared.vocab` if shared) for SentencePiece.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -369,9 +444,15 @@ def save_tokenizers(tokenizers, directory) -> Path:
         (tokenizers.source, SOURCE_VOCAB_FILE),
         (tokenizers.target, TARGET_VOCAB_FILE),
     ):
-        vocab_path = tokenizer.get_vocab_path().numpy().decode("utf-8")
-        if Path(vocab_path).resolve() != (directory / name).resolve():
-            shutil.copyfile(vocab_path, directory / name)
+        if tokenizer_kind(tokenizer) == "sentencepiece":
+            paths = [tokenizer.get_model_path(), tokenizer.get_vocab_path()]
+            paths = [Path(path.numpy().decode("utf-8")) for path in paths]
+            copies = [(path, directory / path.name) for path in paths]
+        else:
+            copies = [(Path(tokenizer.get_vocab_path().numpy().decode("utf-8")), directory / name)]
+        for source, destination in copies:
+            if source.resolve() != destination.resolve():
+                shutil.copyfile(source, destination)
     logger.info("Saved tokenizers to %s", directory)
     return directory
 
@@ -385,7 +466,9 @@ def load_tokenizers(directory):
     Returns:
         The restored object, with `.source` and `.target` offering
         `tokenize`, `detokenize`, `lookup`, `get_vocab_size`,
-        `get_vocab_path` and `get_reserved_tokens`.
+        `get_vocab_path` and `get_reserved_tokens` (and `get_model_path`
+        for SentencePiece, see `tokenizer_kind`). Directories written before
+        SentencePiece existed load as they did.
 
     Raises:
         DataError: if the directory is missing or holds no SavedModel.

@@ -1,0 +1,383 @@
+"""Reversible SentencePiece tokenizers: text keeps its case, accents and punctuation.
+
+The tutorial's WordPiece tokenizer (`transformer.data.tokenizers`) lower-cases,
+strips accents and splits punctuation off words, so its translations read
+"the big man ' s balls" and Portuguese "é" (is) and "e" (and) become one
+token. SentencePiece (Kudo and Richardson, 2018) treats the text as a raw
+sequence of characters, with the space as the piece "▁", so that decoding the
+pieces gives the text back: "the big man's balls". The paper's section 3.4
+subword units ("byte-pair encodings ... shared source-target vocabulary")
+are what SentencePiece learns; here the default is its unigram language model
+(Kudo, 2018), with BPE available through `model_type`.
+
+Choices, all fixed so that the same text always gives the same model bytes:
+
+- Normalisation `"nmt_nfkc"`: Unicode NFKC plus SentencePiece's NMT rules
+  (control characters removed, every kind of space made a plain space).
+  Case and accents are kept. NFKC composes decomposed accents ("o" + U+0301
+  -> "ó"; 91 Spanish lines of the ui-es-en corpus are decomposed, which
+  `"identity"` would tokenise differently from the same words composed) and
+  rewrites compatibility characters ("…" -> "...", "²" -> "2", "º" -> "o";
+  8 of its 26,349 English lines). Pass `normalization="identity"` to keep
+  every character as it is.
+- `byte_fallback=True`: a character outside the vocabulary becomes its UTF-8
+  bytes (`<0xF0> <0x9F> <0x98> <0x80>` for 😀) instead of `[UNK]`, so it
+  survives a round trip. `character_coverage=0.9995` (SentencePiece's
+  default) leaves the rarest characters to bytes instead of spending pieces
+  on them.
+- `num_threads=1`: the EM steps of the unigram trainer sum per-thread
+  statistics, so the model depends on the number of threads (not on the
+  machine); one thread is also the fastest on a busy 2-core machine.
+- Ids 0-3 are `[PAD] [UNK] [START] [END]` (`transformer.constants`).
+
+Learning needs the `sentencepiece` package; the tokenizer itself runs
+`tensorflow_text.SentencepieceTokenizer`, whose resource holds the serialized
+model in the graph, so a saved tokenizer (or a translator exported with it)
+loads with only `tensorflow` and `tensorflow_text`:
+
+```python
+proto = learn_sentencepiece_model(english_sentences, vocab_size=8000)
+paths = write_sentencepiece_files(proto, "runs/x/tokenizers", "target")
+tokenizer = SentencePieceTokenizer(paths.model)
+tokenizer.detokenize(tokenizer.tokenize(tf.constant(["Move files to the Trash…"])))
+# [b"Move files to the Trash..."]
+```
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import logging
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import tensorflow as tf
+import tensorflow_text as text
+
+from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from transformer.data.corpus import DataError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SentencePieceTokenizer",
+    "SentencePieceFiles",
+    "learn_sentencepiece_model",
+    "write_sentencepiece_files",
+    "MODEL_TYPES",
+    "NORMALIZATIONS",
+]
+
+MODEL_TYPES = ("unigram", "bpe", "char", "word")
+NORMALIZATIONS = ("nmt_nfkc", "identity", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
+DEFAULT_MODEL_TYPE = "unigram"
+DEFAULT_NORMALIZATION = "nmt_nfkc"
+DEFAULT_CHARACTER_COVERAGE = 0.9995
+UNK_SURFACE = "[UNK]"
+
+_ID_DTYPES = (tf.int64, tf.int32)
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+SentencePieceFiles = collections.namedtuple("SentencePieceFiles", ["model", "vocab"])
+SentencePieceFiles.__doc__ = "Paths of a `.model` file and its `.vocab` text file."
+
+
+def learn_sentencepiece_model(
+    sentences: Iterable[str],
+    vocab_size: int = 8000,
+    model_type: str = DEFAULT_MODEL_TYPE,
+    character_coverage: float = DEFAULT_CHARACTER_COVERAGE,
+    normalization: str = DEFAULT_NORMALIZATION,
+    byte_fallback: bool = True,
+    num_threads: int = 1,
+    extra_options: dict | None = None,
+) -> bytes:
+    """Learns a SentencePiece model from text held in memory.
+
+    Training is deterministic: the same sentences and arguments give the
+    same bytes (all sentences are used, none sampled, on a fixed number of
+    threads). If `vocab_size` is more than the text supports (a unigram model
+    of a small corpus), the largest size SentencePiece allows is used instead,
+    with a warning.
+
+    Args:
+        sentences: the training text, one sentence per string.
+        vocab_size: pieces wanted, the reserved tokens and (with
+            `byte_fallback`) the 256 byte pieces included.
+        model_type: `"unigram"` (default), `"bpe"`, `"char"` or `"word"`.
+        character_coverage: the share of characters covered by pieces; the
+            rest become bytes (or `[UNK]` without `byte_fallback`).
+        normalization: a SentencePiece rule name, see the module docstring.
+        byte_fallback: encode characters outside the vocabulary as bytes.
+        num_threads: training threads; the model depends on this number.
+        extra_options: more `SentencePieceTrainer.train` arguments.
+
+    Returns:
+        The serialized `ModelProto`.
+
+    Raises:
+        DataError: if the sentences hold no text.
+        ValueError: for a bad argument, or a `vocab_size` too small to hold
+            every required character (the message names the minimum).
+    """
+    import sentencepiece as spm
+
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r}.")
+    # SentencePiece reads one sentence per item and cannot take newlines in one.
+    sentences = [" ".join(s.splitlines()) for s in sentences]
+    if not any(s.strip() for s in sentences):
+        raise DataError(
+            f"Cannot learn a SentencePiece model: the {len(sentences)} training sentences "
+            "hold no text (every one is empty or whitespace)."
+        )
+    options = dict(
+        model_type=model_type,
+        character_coverage=character_coverage,
+        normalization_rule_name=normalization,
+        byte_fallback=byte_fallback,
+        num_threads=num_threads,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=START_ID,
+        eos_id=END_ID,
+        pad_piece=RESERVED_TOKENS[PAD_ID],
+        unk_piece=RESERVED_TOKENS[UNK_ID],
+        bos_piece=RESERVED_TOKENS[START_ID],
+        eos_piece=RESERVED_TOKENS[END_ID],
+        unk_surface=UNK_SURFACE,
+        input_sentence_size=0,  # every sentence, no random sample
+        shuffle_input_sentence=False,
+        minloglevel=2,
+    )
+    options.update(extra_options or {})
+
+    def train(size: int) -> bytes:
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model, vocab_size=size, **options
+        )
+        return model.getvalue()
+
+    try:
+        return train(vocab_size)
+    except RuntimeError as error:
+        too_high = _TOO_HIGH.search(str(error))
+        too_low = _TOO_LOW.search(str(error))
+        if too_low:
+            raise ValueError(
+                f"vocab_size={vocab_size} is too small for this text: it needs at least "
+                f"{too_low.group(2)} pieces (reserved tokens, byte pieces and every "
+                "covered character). Increase vocab_size or lower character_coverage."
+            ) from error
+        if not too_high:
+            raise
+        largest = int(too_high.group(2))
+    logger.warning(
+        "vocab_size=%d is too large for %d sentences of training text; "
+        "learning a %d-piece SentencePiece model instead.",
+        vocab_size,
+        len(sentences),
+        largest,
+    )
+    return train(largest)
+
+
+def write_sentencepiece_files(model_proto: bytes, directory, stem: str) -> SentencePieceFiles:
+    """Writes `<stem>.model` and a `<stem>.vocab` text file for people to read.
+
+    The `.vocab` file is SentencePiece's own format: line `i` is piece `i`,
+    a tab, and its score (log probability for unigram pieces).
+
+    Args:
+        model_proto: a serialized model from `learn_sentencepiece_model`.
+        directory: where to write (created if needed).
+        stem: file name without suffix, e.g. `"source"`.
+
+    Returns:
+        The two paths, as a `SentencePieceFiles(model, vocab)`.
+    """
+    import sentencepiece as spm
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    processor = spm.SentencePieceProcessor(model_proto=model_proto)
+    model_path = directory / f"{stem}.model"
+    vocab_path = directory / f"{stem}.vocab"
+    model_path.write_bytes(model_proto)
+    lines = (
+        f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
+        for i in range(processor.get_piece_size())
+    )
+    vocab_path.write_text("".join(lines), encoding="utf-8")
+    return SentencePieceFiles(str(model_path), str(vocab_path))
+
+
+class SentencePieceTokenizer(tf.Module):
+    """A SentencePiece tokenizer with the interface of `SubwordTokenizer`.
+
+    Wraps `tensorflow_text.SentencepieceTokenizer`, which adds `[START]` and
+    `[END]` itself (they are the model's BOS and EOS pieces). All methods are
+    `tf.function`s traced for fixed signatures, so they survive
+    `tf.saved_model.save` and work on the reloaded object without this class
+    or the `sentencepiece` package. Decoding is exact up to normalisation:
+    `detokenize(tokenize(s))` is `s` after NFKC, with runs of spaces made one
+    and leading or trailing spaces removed.
+
+    Args:
+        model_path: a `.model` file (serialized SentencePiece `ModelProto`)
+            whose pieces 0-3 are `reserved_tokens`.
+        vocab_path: its `.vocab` text file; `model_path` with the suffix
+            `.vocab` if None. Kept as an asset for `get_vocab_path`.
+        reserved_tokens: the special tokens, `[PAD] [UNK] [START] [END]`.
+
+    Example:
+
+    ```python
+    tokenizer = SentencePieceTokenizer("target.model")
+    ids = tokenizer.tokenize(tf.constant(["The man's café."]))  # int64 RaggedTensor
+    tokenizer.lookup(ids)  # [[b"[START]", b"▁The", b"▁man", b"'", b"s", ...]]
+    tokenizer.detokenize(ids)  # [b"The man's café."]
+    ```
+    """
+
+    def __init__(self, model_path, vocab_path=None, reserved_tokens=RESERVED_TOKENS):
+        super().__init__()
+        model_path = os.fspath(model_path)
+        vocab_path = (
+            os.fspath(vocab_path) if vocab_path else str(Path(model_path).with_suffix(".vocab"))
+        )
+        if not Path(vocab_path).is_file():
+            raise DataError(f"{vocab_path}: missing vocabulary file beside {model_path}.")
+        model = Path(model_path).read_bytes()
+        # tensorflow_text's model resource is owned by its kernel and found by
+        # node name: in a reloaded SavedModel, two tokenizers under the same
+        # name would both use one of the two models. A name made from the
+        # model's bytes keeps different models apart, across SavedModels too.
+        name = "sentencepiece_" + hashlib.sha256(model).hexdigest()[:16]
+        self.tokenizer = text.SentencepieceTokenizer(
+            model=model, out_type=tf.int32, add_bos=True, add_eos=True, name=name
+        )
+        reserved_tokens = list(reserved_tokens)
+        found = self.tokenizer.id_to_string(tf.range(len(reserved_tokens))).numpy()
+        found = [piece.decode("utf-8") for piece in found]
+        if found != reserved_tokens:
+            raise DataError(
+                f"{model_path}: pieces 0-{len(reserved_tokens) - 1} must be the reserved tokens "
+                f"{reserved_tokens}, found {found}."
+            )
+        self._reserved_tokens = reserved_tokens
+        self._model_path = tf.saved_model.Asset(model_path)
+        self._vocab_path = tf.saved_model.Asset(vocab_path)
+
+        # Trace the signatures the SavedModel keeps.
+        self.tokenize.get_concrete_function(tf.TensorSpec(shape=[None], dtype=tf.string))
+        for dtype in _ID_DTYPES:
+            for spec in (
+                tf.TensorSpec(shape=[None, None], dtype=dtype),
+                tf.RaggedTensorSpec(shape=[None, None], dtype=dtype),
+            ):
+                self.detokenize.get_concrete_function(spec)
+                self.lookup.get_concrete_function(spec)
+        for method in (
+            self.get_vocab_size,
+            self.get_vocab_path,
+            self.get_model_path,
+            self.get_reserved_tokens,
+        ):
+            method.get_concrete_function()
+
+    @tf.function
+    def tokenize(self, strings):
+        """Splits sentences into piece ids, framed by START and END.
+
+        Args:
+            strings: a 1-D string tensor of sentences, shape `(batch,)`.
+
+        Returns:
+            An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
+            `[START, ..., END]`; an empty sentence gives `[START, END]`.
+        """
+        ids = self.tokenizer.tokenize(strings)  # (batch, (tokens + 2)) int32
+        return tf.cast(ids, tf.int64)
+
+    @tf.function
+    def detokenize(self, tokens):
+        """Turns ids back into text, with its original spacing and case.
+
+        Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
+        and `[END]` are dropped. `[UNK]` shows as "[UNK]"; ids outside the
+        vocabulary count as `[UNK]`. Byte pieces that do not form valid UTF-8
+        become U+FFFD.
+
+        Args:
+            tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
+                `tf.RaggedTensor` of shape `(batch, (seq))`.
+
+        Returns:
+            A string tensor of shape `(batch,)`.
+        """
+        ids = self._valid_ids(tokens)
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)  # (batch, seq)
+        ended = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) > 0
+        keep = ~ended & (ids != PAD_ID) & (ids != START_ID) & (ids != END_ID)  # (batch, seq)
+        kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
+        return self.tokenizer.detokenize(tf.cast(kept, tf.int32))  # (batch,)
+
+    @tf.function
+    def lookup(self, token_ids):
+        """Maps ids to their pieces, one string per id.
+
+        Args:
+            token_ids: int32 or int64 ids, dense or ragged `(batch, seq)`.
+
+        Returns:
+            Strings of the same shape and kind (dense or ragged), e.g.
+            `[[b"[START]", b"\\xe2\\x96\\x81The", b"[END]"]]` ("▁The").
+        """
+        ids = tf.cast(self._valid_ids(token_ids), tf.int32)
+        if isinstance(ids, tf.RaggedTensor):
+            return tf.ragged.map_flat_values(self.tokenizer.id_to_string, ids)
+        return self.tokenizer.id_to_string(ids)
+
+    @tf.function
+    def get_vocab_size(self):
+        """Returns the number of pieces, a scalar int32 tensor."""
+        return self.tokenizer.vocab_size()
+
+    @tf.function
+    def get_vocab_path(self):
+        """Returns the path of the `.vocab` text file (`piece<TAB>score` per line)."""
+        return self._vocab_path
+
+    @tf.function
+    def get_model_path(self):
+        """Returns the path of the `.model` file, a scalar string tensor."""
+        return self._model_path
+
+    @tf.function
+    def get_reserved_tokens(self):
+        """Returns the reserved tokens, a string tensor `[PAD] [UNK] [START] [END]`."""
+        return tf.constant(self._reserved_tokens)
+
+    def _valid_ids(self, token_ids):
+        """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
+        ids = tf.cast(token_ids, tf.int64)
+        size = tf.cast(self.tokenizer.vocab_size(), tf.int64)
+
+        def clip(values):
+            return tf.where((values < 0) | (values >= size), tf.constant(UNK_ID, tf.int64), values)
+
+        if isinstance(ids, tf.RaggedTensor):
+            return tf.ragged.map_flat_values(clip, ids)
+        return clip(ids)
