@@ -45,6 +45,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import transformer.model  # noqa: F401 - registers the Keras classes that model.keras names
 from transformer import rundir
 from transformer.attention import scaled_dot_product_attention
 from transformer.constants import END_ID, PAD_ID, START_ID
