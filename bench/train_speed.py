@@ -64,8 +64,9 @@ from reference_keras_mha import (  # noqa: E402
 
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
 from transformer.model import PRESETS, Transformer, TransformerConfig  # noqa: E402
-from transformer.training import MaskedLoss, RunConfig, make_optimizer, masked_accuracy  # noqa: E402
-from transformer.training import default_precision as library_default_precision  # noqa: E402
+from transformer.run import RunConfig  # noqa: E402
+from transformer.run import default_precision as library_default_precision  # noqa: E402
+from transformer.training import MaskedLoss, make_optimizer, masked_accuracy  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CONTENDERS = ("ours", "keras_mha", "keras_hub")
@@ -914,7 +915,7 @@ def main(argv=None):
         child_rss(*args.child_rss)
         return 0
     default_precision = str(library_default_precision())
-    default_source = "transformer.training.default_precision()"
+    default_source = "transformer.run.default_precision()"
     if args.quick:
         presets = args.presets or ["tutorial"]
         precisions = args.precisions or ["float32"]

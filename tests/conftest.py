@@ -1,7 +1,7 @@
 """Fixtures shared by the test files.
 
 `tiny_run` trains a tiny translator once per test session with
-`transformer.training.train`, exactly as `train.py` does, and hands back its
+`transformer.run.train`, exactly as `train.py` does, and hands back its
 `TrainResult`: `tiny_run.run_dir` is a complete run directory (config.json,
 tokenizers/, model.keras, checkpoints/, metrics.csv, metrics.json, logs/ and,
 when `transformer.translate` can export, export/).
@@ -49,9 +49,9 @@ def write_toy_tsv(directory, seed=0, n_train=200, n_valid=16, n_test=16):
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """A small trained run (a `transformer.training.TrainResult`); see the module docstring."""
+    """A small trained run (a `transformer.run.TrainResult`); see the module docstring."""
     from transformer.model import TransformerConfig
-    from transformer.training import RunConfig, train
+    from transformer.run import RunConfig, train
 
     data_dir = tmp_path_factory.mktemp("tiny_data")
     train_tsv, valid_tsv, test_tsv = write_toy_tsv(data_dir, **TINY_CORPUS)

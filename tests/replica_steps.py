@@ -61,11 +61,8 @@ def main(argv=None):
 
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
     from transformer.model import TransformerConfig
-    from transformer.training import (
-        MaskedLoss,
-        _multi_worker_fit_workaround,
-        masked_accuracy,
-    )
+    from transformer.run.multiworker import multi_worker_fit_workaround
+    from transformer.training import MaskedLoss, masked_accuracy
 
     keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)
@@ -107,7 +104,7 @@ def main(argv=None):
             total = float(np.asarray(logs["loss"]).reshape(-1)[0]) * (batch + 1)
             losses.append(total - sum(losses))
 
-    with _multi_worker_fit_workaround(model, strategy, tokenized):
+    with multi_worker_fit_workaround(model, strategy, tokenized):
         model.fit(
             dataset,
             epochs=1,

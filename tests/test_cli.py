@@ -1,6 +1,7 @@
-"""Tests of cli.py, what train.py and translate.py share: argument types, one-line errors.
+"""Tests of transformer/cli/common.py, what train.py and translate.py share: argument types,
+one-line errors.
 
-No TensorFlow: cli.py uses the standard library only.
+No TensorFlow: transformer.cli.common uses the standard library only.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import (
+from transformer.cli.common import (
     OneLineErrorParser,
     non_negative_float,
     non_negative_int,
@@ -123,7 +124,7 @@ def test_report_error_prints_the_first_line_and_returns_1(err, line, capsys):
 
 HIDE_THEN_RESTORE = r"""
 import os, sys
-from cli import hide_native_stderr
+from transformer.cli.common import hide_native_stderr
 
 restore = hide_native_stderr()
 os.write(2, b"native while hidden\n")
@@ -145,7 +146,7 @@ def test_hide_native_stderr_keeps_python_output_and_restores():
 
 
 def test_importing_cli_does_not_import_tensorflow():
-    code = "import sys, cli; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
+    code = "import sys, transformer.cli.common; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.split() == ["False", "False"], done.stderr

@@ -1,4 +1,4 @@
-"""Values of `transformer.training.evaluate`: exact match, BLEU, loss and accuracy.
+"""Values of `transformer.run.evaluation.evaluate`: exact match, BLEU, loss and accuracy.
 
 The expected values are computed here without `evaluate`'s code: the loss and
 the accuracy from one teacher-forced pass of the model per pair (no batch, no
@@ -19,7 +19,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from transformer import training
+from transformer.run import evaluation
 from transformer.translate import Translator
 
 # (source, reference, hypothesis returned by the stubbed translate_all).
@@ -149,8 +149,8 @@ def test_evaluate_values_with_chosen_translations(tiny_run, translator, monkeypa
         calls.append(list(sentences))
         return [hypotheses[s] for s in sentences]
 
-    monkeypatch.setattr(training, "translate_all", chosen_translations)
-    result = training.evaluate(model, tokenizers, pairs, batch_size=batch_size,
+    monkeypatch.setattr(evaluation, "translate_all", chosen_translations)
+    result = evaluation.evaluate(model, tokenizers, pairs, batch_size=batch_size,
                                max_tokens=max_tokens)
     assert calls == [[source for source, _ in pairs]]
     assert result.translations == [hypothesis for _, _, hypothesis in STUBBED]

@@ -109,17 +109,17 @@ def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, tmp_pat
 
 KILL_AT_STEP = """
 import os, runpy, signal, sys
-from transformer import training
+from transformer.run import callbacks
 
 step_to_kill = int(os.environ["KILL_AT_STEP"])
-original = training.CheckpointSaver.on_train_batch_end
+original = callbacks.CheckpointSaver.on_train_batch_end
 
 def on_train_batch_end(self, batch, logs=None):
     original(self, batch, logs)
-    if training.optimizer_step(self.model.optimizer) == step_to_kill:
+    if callbacks.optimizer_step(self.model.optimizer) == step_to_kill:
         os.kill(os.getpid(), signal.SIGKILL)
 
-training.CheckpointSaver.on_train_batch_end = on_train_batch_end
+callbacks.CheckpointSaver.on_train_batch_end = on_train_batch_end
 sys.argv = ["train.py", *sys.argv[1:]]
 runpy.run_path("train.py", run_name="__main__")
 """

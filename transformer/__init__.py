@@ -1,70 +1,74 @@
 """A tutorial-faithful Transformer for machine translation in TensorFlow and Keras 3.
 
 The public names are listed in docs/design.md; see each module for the math.
+
+The names below are imported on first use, all together (so every Keras class
+of the package is registered for loading, as before): importing a subpackage
+that needs no TensorFlow, such as `transformer.cli`, `transformer.data` or
+`transformer.rundir`, does not import it.
 """
 
-from transformer.attention import (
-    CausalSelfAttention,
-    CrossAttention,
-    EncoderDecoderAttention,
-    EncoderSelfAttention,
-    GlobalSelfAttention,
-    MaskedDecoderSelfAttention,
-    MultiHeadAttention,
-    mask_value,
-    scaled_dot_product_attention,
-)
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
-from transformer.keras_interop import copy_weights_from_keras, copy_weights_to_keras
-from transformer.layers import DecoderLayer, EncoderLayer, FeedForward
-from transformer.masking import (
-    create_decoder_mask,
-    create_look_ahead_mask,
-    create_masks,
-    create_padding_mask,
-    to_keras_attention_mask,
-)
-from transformer.model import PRESETS, Decoder, Encoder, Transformer, TransformerConfig
-from transformer.positional import PositionalEmbedding, positional_encoding
-from transformer.training import CustomSchedule, MaskedLoss, masked_accuracy, masked_loss
-from transformer.translate import Translator, export_translator
+from __future__ import annotations
 
-__all__ = [
-    "PAD_ID",
-    "UNK_ID",
-    "START_ID",
-    "END_ID",
-    "RESERVED_TOKENS",
-    "positional_encoding",
-    "PositionalEmbedding",
-    "create_padding_mask",
-    "create_look_ahead_mask",
-    "create_decoder_mask",
-    "create_masks",
-    "to_keras_attention_mask",
-    "scaled_dot_product_attention",
-    "mask_value",
-    "MultiHeadAttention",
-    "copy_weights_to_keras",
-    "copy_weights_from_keras",
-    "EncoderSelfAttention",
-    "MaskedDecoderSelfAttention",
-    "EncoderDecoderAttention",
-    "GlobalSelfAttention",
-    "CausalSelfAttention",
-    "CrossAttention",
-    "FeedForward",
-    "EncoderLayer",
-    "DecoderLayer",
-    "Encoder",
-    "Decoder",
-    "Transformer",
-    "TransformerConfig",
-    "PRESETS",
-    "CustomSchedule",
-    "MaskedLoss",
-    "masked_loss",
-    "masked_accuracy",
-    "Translator",
-    "export_translator",
-]
+import importlib
+
+_EXPORTS = {
+    "PAD_ID": "constants",
+    "UNK_ID": "constants",
+    "START_ID": "constants",
+    "END_ID": "constants",
+    "RESERVED_TOKENS": "constants",
+    "positional_encoding": "positional",
+    "PositionalEmbedding": "positional",
+    "create_padding_mask": "masking",
+    "create_look_ahead_mask": "masking",
+    "create_decoder_mask": "masking",
+    "create_masks": "masking",
+    "to_keras_attention_mask": "masking",
+    "scaled_dot_product_attention": "attention",
+    "mask_value": "attention",
+    "MultiHeadAttention": "attention",
+    "copy_weights_to_keras": "keras_interop",
+    "copy_weights_from_keras": "keras_interop",
+    "EncoderSelfAttention": "attention",
+    "MaskedDecoderSelfAttention": "attention",
+    "EncoderDecoderAttention": "attention",
+    "GlobalSelfAttention": "attention",
+    "CausalSelfAttention": "attention",
+    "CrossAttention": "attention",
+    "FeedForward": "layers",
+    "EncoderLayer": "layers",
+    "DecoderLayer": "layers",
+    "Encoder": "model",
+    "Decoder": "model",
+    "Transformer": "model",
+    "TransformerConfig": "model",
+    "PRESETS": "model",
+    "CustomSchedule": "training",
+    "MaskedLoss": "training",
+    "masked_loss": "training",
+    "masked_accuracy": "training",
+    "Translator": "translate",
+    "export_translator": "translate",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def _import_all() -> None:
+    """Imports the modules of `_EXPORTS` and binds their names here."""
+    for module in dict.fromkeys(_EXPORTS.values()):
+        importlib.import_module(f"{__name__}.{module}")
+    for name, module in _EXPORTS.items():
+        globals()[name] = getattr(globals()[module], name)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _import_all()
+    return globals()[name]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

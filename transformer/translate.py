@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import transformer.model  # noqa: F401 - registers the Keras classes that model.keras names
 from transformer import rundir
 from transformer._validation import check_int_at_least
 from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH, PAD_ID, START_ID

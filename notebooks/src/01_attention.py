@@ -58,7 +58,7 @@ from transformer.plot import (
     plot_masks,
     plot_positional_encoding,
 )
-from transformer.training import RunConfig, train
+from transformer.run import RunConfig, train
 
 # TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite.
 QUICK = os.environ.get("TRANSFORMER_NOTEBOOK_QUICK", "") == "1"

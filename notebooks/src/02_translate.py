@@ -45,7 +45,7 @@ from transformer.plot import (
     plot_learning_rate,
     plot_training_curves,
 )
-from transformer.training import RunConfig, normalize_text, train
+from transformer.run import RunConfig, normalize_text, train
 
 # TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite: a few
 # training steps, so the translations are poor but every cell runs.
@@ -110,7 +110,7 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 # %% [markdown]
 # ## 3. Training
 #
-# `transformer.training.train` does what `python train.py` does: it builds the
+# `transformer.run.train` does what `python train.py` does: it builds the
 # tokenizers, trains with `model.fit` (Adam with the schedule above, cross-entropy
 # with label smoothing $\epsilon_{ls} = 0.1$ averaged over the non-padding
 # tokens, §5.3-5.4), evaluates on the test split (greedy decoding, exact match

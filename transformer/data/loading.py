@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from transformer.data.corpus import Corpus, DataError
+from transformer.data.tfds_ted import load_ted_hrlr
+from transformer.data.toy import generate_toy_corpus
+from transformer.data.tsv import load_tsv_corpus
 
 TOY = "toy"
 DATASETS = (TOY, "ted_hrlr_translate/pt_to_en")
@@ -61,8 +64,6 @@ def load_corpus(
     ```
     """
     if data is not None:
-        from transformer.data.tsv import load_tsv_corpus
-
         return load_tsv_corpus(
             data,
             valid_path=valid,
@@ -78,12 +79,8 @@ def load_corpus(
             "training pairs too (--data FILE.tsv)."
         )
     if dataset == TOY:
-        from transformer.data.toy import generate_toy_corpus
-
         return generate_toy_corpus(seed=seed, n_train=n_train, n_valid=n_valid, n_test=n_test)
     if dataset == "ted_hrlr_translate/pt_to_en":
-        from transformer.data.tfds_ted import load_ted_hrlr
-
         return load_ted_hrlr(data_dir=data_dir, download=download)
     raise DataError(
         f"Received an invalid value for argument `dataset`, expected one of {list(DATASETS)} "

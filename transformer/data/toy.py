@@ -41,6 +41,7 @@ import logging
 import random
 
 from transformer.data.corpus import Corpus, DataError, Pair
+from transformer.data.tsv import write_tsv
 
 logger = logging.getLogger(__name__)
 
@@ -533,8 +534,6 @@ def main(argv: list[str] | None = None) -> int:
             for source, target in sample_toy_pairs(args.sample, seed=args.seed):
                 sys.stdout.write(f"{source}\t->\t{target}\n")
         else:
-            from transformer.data.tsv import write_tsv
-
             corpus = generate_toy_corpus(args.seed, args.n_train, args.n_valid, args.n_test)
             pairs = (
                 corpus.train + corpus.valid + corpus.test

@@ -3,8 +3,7 @@
 Argument types that reject bad values with a message naming the value, an
 `argparse.ArgumentParser` whose errors are one line, the one-line report of an
 error, and the hiding of TensorFlow's native start-up messages. Standard
-library only: importing it does not import TensorFlow. It lives next to the
-scripts, not in the `transformer` package, which has no argparse.
+library only: importing it does not import TensorFlow.
 """
 
 from __future__ import annotations

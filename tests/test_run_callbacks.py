@@ -1,0 +1,87 @@
+"""Tests of transformer.run.callbacks: the NaN stop names the step."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+from transformer.training import CustomSchedule
+
+
+def test_stop_on_nan_names_the_step():
+    from transformer.run.callbacks import StopOnNaN, TrainingError
+
+    class FakeOptimizer:
+        iterations = tf.Variable(42, dtype=tf.int64)
+
+    class FakeModel:
+        optimizer = FakeOptimizer()
+        stop_training = False
+
+    callback = StopOnNaN("runs/x/checkpoints")
+    callback.set_model(FakeModel())
+    callback.on_epoch_begin(3)
+    callback.on_train_batch_end(4, {"loss": 1.5})  # finite: nothing happens
+    with pytest.raises(TrainingError, match=r"nan at step 42 \(epoch 4, batch 5\).*runs/x"):
+        callback.on_train_batch_end(5 - 1, {"loss": float("nan")})
+    assert callback.model.stop_training
+
+
+def _event_scalars(log_dir):
+    """`{tag: [(step, value), ...]}` of the TensorBoard event files in `log_dir`."""
+    scalars = {}
+    files = sorted(log_dir.glob("events.out.tfevents.*"))
+    assert files, log_dir
+    for path in files:
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                assert value.metadata.plugin_data.plugin_name == "scalars", value.tag
+                scalars.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor))))
+    return scalars
+
+
+def test_tiny_run_logs_the_schedules_learning_rate_and_tensorboard_scalars(tiny_run):
+    import csv
+    from pathlib import Path
+
+    from transformer import rundir
+
+    config = tiny_run.config
+    d_model, warmup, steps = config.model.d_model, config.warmup_steps, config.steps_per_epoch
+    assert (d_model, warmup, steps, config.epochs) == (32, 40, 50, 2)  # tests/conftest.py
+    # Each epoch logs the learning rate of its last update: Keras calls the
+    # schedule with the updates already applied, so update 50 (the last of
+    # epoch 1) used step 49 and update 100 step 99. Step 49 is past the
+    # warm-up (inverse square root), as is step 99.
+    by_hand = [d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5) for s in (49, 99)]
+    assert by_hand == pytest.approx(
+        [float(CustomSchedule(d_model, warmup)(s)) for s in (49, 99)], rel=1e-6)
+    # Not the rate of the step after (50, 100): 1% apart, far beyond float32.
+    assert float(CustomSchedule(d_model, warmup)(50)) != pytest.approx(by_hand[0], rel=1e-4)
+    history = tiny_run.history
+    assert history["learning_rate"] == pytest.approx(by_hand, rel=1e-6)
+
+    run_dir = Path(tiny_run.run_dir)
+    with open(run_dir / rundir.METRICS_CSV) as f:
+        rows = list(csv.DictReader(f))
+    assert [row["epoch"] for row in rows] == ["0", "1"]
+    assert set(rows[0]) == {"epoch", *history}
+    for key, values in history.items():
+        assert [float(row[key]) for row in rows] == pytest.approx(values, rel=1e-6), key
+
+    # TensorBoard: train/ holds loss, accuracy and learning rate, validation/
+    # the val_ ones, each at the optimizer's step at the end of the epoch.
+    train_scalars = _event_scalars(run_dir / rundir.LOGS_DIR / "train")
+    valid_scalars = _event_scalars(run_dir / rundir.LOGS_DIR / "validation")
+    ends = [steps, 2 * steps]
+    assert set(train_scalars) == {"epoch_loss", "epoch_masked_accuracy", "epoch_learning_rate"}
+    assert set(valid_scalars) == {"epoch_loss", "epoch_masked_accuracy"}
+    for scalars, prefix in ((train_scalars, ""), (valid_scalars, "val_")):
+        for tag, points in scalars.items():
+            key = prefix + tag.removeprefix("epoch_")
+            assert [step for step, _ in points] == ends, tag
+            assert [value for _, value in points] == pytest.approx(history[key], rel=1e-6), tag
+    assert [v for _, v in train_scalars["epoch_learning_rate"]] == pytest.approx(by_hand,
+                                                                                rel=1e-6)

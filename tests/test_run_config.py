@@ -1,0 +1,58 @@
+"""Tests of transformer.run.config: RunConfig's defaults, checks and resume changes."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_run_config_round_trip_and_defaults():
+    from transformer.model import PRESETS
+    from transformer.run.config import CORPUS_DEFAULTS, TOY_DEFAULTS, RunConfig
+
+    config = RunConfig(output_dir="runs/x", batch_size=16)
+    assert (config.preset, config.epochs, config.warmup_steps) == (
+        TOY_DEFAULTS["preset"], TOY_DEFAULTS["epochs"], TOY_DEFAULTS["warmup_steps"])
+    assert config.model == PRESETS["toy"]
+    assert RunConfig.from_dict(config.to_dict()) == config
+    assert config.to_dict()["model"]["d_model"] == PRESETS["toy"].d_model
+    assert str(config.run_dir) == "runs/x"
+    assert str(RunConfig().run_dir) == "runs/toy"
+    real = RunConfig(data="corpora/por.tsv")
+    assert real.preset == CORPUS_DEFAULTS["preset"] and real.epochs == CORPUS_DEFAULTS["epochs"]
+    assert str(real.run_dir) == "runs/por"
+    assert str(RunConfig(dataset="ted_hrlr_translate/pt_to_en").run_dir) == "runs/ted_hrlr_pt_to_en"
+    assert RunConfig().resolved_max_tokens == PRESETS["toy"].max_length
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"preset": "huge"}, "preset"),
+        ({"precision": "float8"}, "precision"),
+        ({"strategy": "tpu"}, "strategy"),
+        ({"dataset": "wmt"}, "dataset"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"label_smoothing": 1.5}, "label_smoothing"),
+        ({"max_tokens": 1000}, "max_tokens"),
+        ({"max_tokens": 1}, "max_tokens"),
+        ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
+        ({"valid": "v.tsv"}, "without `data`"),
+    ],
+)
+def test_run_config_rejects_bad_values(kwargs, match):
+    from transformer.run.config import RunConfig
+
+    with pytest.raises(ValueError, match=match):
+        RunConfig(**kwargs)
+
+
+def test_for_resume_allows_only_some_changes():
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(output_dir="runs/x", epochs=2, steps_per_epoch=10)
+    resumed = saved.for_resume(epochs=5, checkpoint_every=7, d_model=saved.model.d_model)
+    assert (resumed.epochs, resumed.checkpoint_every, resumed.steps_per_epoch) == (5, 7, 10)
+    with pytest.raises(ValueError, match=r"Cannot change `d_model` when resuming.*d_model=64"):
+        saved.for_resume(d_model=32)
+    with pytest.raises(ValueError, match="Cannot change `seed`"):
+        saved.for_resume(seed=3)

@@ -1,0 +1,280 @@
+"""Train a Transformer translator (Vaswani et al., 2017) from the command line.
+
+With no arguments it trains the `toy` model on the generated toy
+Portuguese-to-English corpus (offline, a few minutes on a laptop CPU),
+evaluates it on the toy test split and writes everything to runs/toy/.
+
+    python train.py
+    python train.py --data pairs.tsv --preset tutorial --epochs 20
+    python train.py --output-dir runs/toy --resume      # after an interruption
+    python translate.py --run runs/toy "o gato preto come o peixe"
+
+This module only parses the options; the work is `transformer.run.train`.
+Importing it imports TensorFlow, with TensorFlow's native start-up messages
+hidden (see `transformer.cli.common.hide_native_stderr`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from transformer.cli.common import (
+    OneLineErrorParser,
+    hide_native_stderr,
+    non_negative_int,
+    positive_int,
+    rate,
+    report_error,
+)
+
+
+def _import_tensorflow_quietly():
+    """Imports TensorFlow with its C++ start-up messages (oneDNN, CUDA probing) hidden.
+
+    They are written to the stderr file descriptor before TensorFlow reads any
+    log-level setting, so the descriptor points at /dev/null meanwhile (see
+    `transformer.cli.common.hide_native_stderr`); later native messages show.
+    Python errors are raised after it is restored.
+    """
+    restore = hide_native_stderr()
+    try:
+        import keras  # noqa: F401
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+
+        tf.config.list_physical_devices()  # probes for GPUs; devices stay configurable
+    finally:
+        restore()
+
+
+# Before the library is imported: it imports TensorFlow.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # hide the C++ logs of TensorFlow (its errors raise in Python)
+_import_tensorflow_quietly()
+
+import tensorflow as tf  # noqa: E402
+
+from transformer import rundir  # noqa: E402
+from transformer.data.loading import DATASETS  # noqa: E402
+from transformer.model import PRESETS, TransformerConfig  # noqa: E402
+from transformer.run.config import (  # noqa: E402
+    CORPUS_DEFAULTS,
+    TOY_DEFAULTS,
+    RunConfig,
+    dataset_defaults,
+)
+from transformer.run.distribute import STRATEGIES  # noqa: E402
+from transformer.run.precision import (  # noqa: E402
+    PRECISIONS,
+    default_precision,
+    explain_default_precision,
+)
+from transformer.run.train import TrainingError, train  # noqa: E402
+
+PROG = "train.py"
+
+
+# Option name -> RunConfig field, where they differ.
+_FIELD = {"dropout": "dropout_rate", "examples": "num_examples"}
+# Options that are not settings of the run.
+_NOT_CONFIG = ("resume", "no_export")
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """The option parser; with `suppress_defaults`, only given options appear."""
+    d = RunConfig()  # the defaults, in one place
+    toy, tutorial = PRESETS["toy"], PRESETS["tutorial"]
+
+    def default(value):
+        return argparse.SUPPRESS if suppress_defaults else value
+
+    parser = OneLineErrorParser(
+        prog=PROG,
+        description="Train a Transformer translator (Vaswani et al., 2017). With no "
+        "arguments: the toy Portuguese-to-English corpus and the `toy` model, evaluated on "
+        "the toy test split, written to runs/toy/.",
+        epilog="Multi-worker: start the same command on every machine with "
+        "--strategy multi-worker and a TF_CONFIG naming all workers and this one's index; "
+        "worker 0 writes the run directory.",
+        argument_default=argparse.SUPPRESS if suppress_defaults else None,
+    )
+
+    group = parser.add_argument_group("data")
+    group.add_argument("--dataset", choices=DATASETS, default=default(d.dataset),
+                       help=f"corpus when no --data is given (default: {d.dataset}, generated "
+                       "offline; ted_hrlr_translate/pt_to_en is the tutorial's, via TFDS)")
+    group.add_argument("--data", metavar="FILE.tsv", default=default(None),
+                       help="train on tab-separated sentence pairs (default: none)")
+    group.add_argument("--valid", metavar="FILE.tsv", default=default(None),
+                       help="validation pairs (default: split off --data)")
+    group.add_argument("--test", metavar="FILE.tsv", default=default(None),
+                       help="test pairs (default: split off --data)")
+    group.add_argument("--source-column", type=non_negative_int, metavar="N",
+                       default=default(d.source_column),
+                       help=f"TSV column of the source sentence, from 0 (default: {d.source_column})")
+    group.add_argument("--target-column", type=non_negative_int, metavar="N",
+                       default=default(d.target_column),
+                       help=f"TSV column of the target sentence (default: {d.target_column})")
+    group.add_argument("--skip-bad-lines", action="store_true", default=default(False),
+                       help="skip malformed TSV lines instead of stopping (default: stop)")
+    group.add_argument("--download", action="store_true", default=default(False),
+                       help="let TFDS download --dataset ted_hrlr_translate/pt_to_en if it is "
+                       "not on disk (default: never download)")
+    group.add_argument("--tfds-data-dir", metavar="DIR", default=default(None),
+                       help="TFDS data directory (default: TFDS' own, ~/tensorflow_datasets)")
+    group.add_argument("--max-tokens", type=positive_int, metavar="N", default=default(None),
+                       help="longest sentence in tokens; longer ones are trimmed, keeping [END] "
+                       f"(default: the model's max_length, {toy.max_length} for toy, "
+                       f"{tutorial.max_length} for tutorial)")
+    group.add_argument("--vocab-size", type=positive_int, metavar="N",
+                       default=default(d.vocab_size),
+                       help=f"largest subword vocabulary per language (default: {d.vocab_size})")
+
+    group = parser.add_argument_group("model (--num-layers etc. override the preset)")
+    group.add_argument("--preset", choices=sorted(PRESETS), default=default(None),
+                       help=f"model size (default: {TOY_DEFAULTS['preset']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['preset']} otherwise; toy: "
+                       + ", ".join(f"{k}={v}" for k, v in toy.to_dict().items())
+                       + "; tutorial: "
+                       + ", ".join(f"{k}={v}" for k, v in tutorial.to_dict().items()) + ")")
+    for option, field in (("--num-layers", "num_layers"), ("--d-model", "d_model"),
+                          ("--num-heads", "num_heads"), ("--dff", "dff")):
+        group.add_argument(option, type=positive_int, metavar="N", default=default(None),
+                           help=f"(default: the preset's, {getattr(toy, field)} for toy, "
+                           f"{getattr(tutorial, field)} for tutorial)")
+    group.add_argument("--dropout", type=rate, metavar="RATE", default=default(None),
+                       help=f"dropout rate (default: the preset's, {toy.dropout_rate} for toy, "
+                       f"{tutorial.dropout_rate} for tutorial)")
+
+    group = parser.add_argument_group("training")
+    group.add_argument("--batch-size", type=positive_int, metavar="N",
+                       default=default(d.batch_size),
+                       help=f"sentence pairs per step, over all devices (default: {d.batch_size})")
+    group.add_argument("--epochs", type=positive_int, metavar="N", default=default(None),
+                       help="epochs to train; may grow on --resume (default: "
+                       f"{TOY_DEFAULTS['epochs']} for the toy corpus, {CORPUS_DEFAULTS['epochs']} "
+                       "otherwise)")
+    group.add_argument("--steps-per-epoch", type=positive_int, metavar="N",
+                       default=default(d.steps_per_epoch),
+                       help="updates per epoch (default: "
+                       + (str(d.steps_per_epoch) if d.steps_per_epoch else
+                          "one pass over the training pairs") + ")")
+    group.add_argument("--warmup-steps", type=positive_int, metavar="N",
+                       default=default(None),
+                       help="learning-rate warm-up of the paper's schedule (default: "
+                       f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper)")
+    group.add_argument("--label-smoothing", type=rate, metavar="EPS",
+                       default=default(d.label_smoothing),
+                       help=f"label smoothing, 0 for none (default: {d.label_smoothing})")
+    group.add_argument("--seed", type=non_negative_int, metavar="N", default=default(d.seed),
+                       help="fixes corpus, tokenizers, initial weights and data order "
+                       f"(default: {d.seed})")
+    group.add_argument("--checkpoint-every", type=positive_int, metavar="N",
+                       default=default(d.checkpoint_every),
+                       help="save the training state every N steps, and after every epoch "
+                       f"(default: {d.checkpoint_every})")
+
+    group = parser.add_argument_group("run")
+    group.add_argument("--output-dir", metavar="DIR", default=default(None),
+                       help="run directory (default: runs/<name>: runs/toy, runs/ted_hrlr_pt_to_en, "
+                       "or runs/<stem of --data>); must be empty unless --resume")
+    group.add_argument("--resume", action="store_true", default=default(False),
+                       help="continue the run in --output-dir from its last checkpoint, with "
+                       "its saved settings (only --epochs, --checkpoint-every and the "
+                       "performance and scale options may change)")
+    group.add_argument("--no-export", action="store_true", default=default(False),
+                       help="do not export the translator to <output-dir>/export (default: "
+                       "export it)")
+    group.add_argument("--examples", type=non_negative_int, metavar="N",
+                       default=default(d.num_examples),
+                       help=f"example translations to print (default: {d.num_examples})")
+
+    group = parser.add_argument_group("performance")
+    group.add_argument("--precision", choices=PRECISIONS, default=default(default_precision()),
+                       help=f"dtype policy (default: {explain_default_precision()}; the "
+                       "default is mixed_bfloat16 on CPUs with AMX bfloat16, float32 elsewhere)")
+    group.add_argument("--jit-compile", action="store_true", default=default(False),
+                       help="compile the train step with XLA; it recompiles for every new "
+                       "batch shape, which is slow with variable sentence lengths (default: off)")
+
+    group = parser.add_argument_group("scale")
+    group.add_argument("--strategy", choices=STRATEGIES, default=default(d.strategy),
+                       help="default: one device; mirrored: all GPUs (or --cpu-devices) of "
+                       "this machine; multi-worker: several machines, from TF_CONFIG "
+                       f"(default: {d.strategy})")
+    group.add_argument("--cpu-devices", type=positive_int, metavar="N", default=default(None),
+                       help="split the CPU into N logical devices, to try --strategy mirrored "
+                       "without GPUs (default: 1)")
+    return parser
+
+
+def _config_from_args(args, explicit):
+    """The `RunConfig` of the options; to resume, the saved one with the given changes."""
+    values = {_FIELD.get(k, k): v for k, v in vars(args).items() if k not in _NOT_CONFIG}
+    if values["preset"] is None:
+        values["preset"] = dataset_defaults(values["dataset"], values["data"])["preset"]
+    model_keys = ("num_layers", "d_model", "num_heads", "dff", "dropout_rate")
+    model = TransformerConfig.from_preset(
+        values["preset"], **{key: values.pop(key) for key in model_keys}
+    )
+    config = RunConfig(model=model, **values)
+    if not args.resume:
+        return config
+    if not (config.run_dir / rundir.CONFIG_FILE).is_file():
+        return config  # nothing saved yet: train() starts the run
+    changes = {_FIELD.get(k, k): v for k, v in vars(explicit).items() if k not in _NOT_CONFIG}
+    return RunConfig.load(config.run_dir).for_resume(**changes)
+
+
+def _print_result(result):
+    evaluation = result.evaluation
+    if evaluation is not None:
+        print(
+            f"Test split ({evaluation.num_sentences} pairs): masked token accuracy "
+            f"{100 * evaluation.masked_accuracy:.2f}%, exact match "
+            f"{100 * evaluation.exact_match:.2f}%, BLEU {evaluation.bleu:.2f}"
+        )
+        print(f"BLEU signature: {evaluation.bleu_signature} (on normalized text)")
+    if result.examples:
+        print("Examples:")
+        for source, reference, translation in result.examples:
+            mark = "" if translation.strip() else " (empty)"
+            print(f"  source:      {source}")
+            print(f"  reference:   {reference}")
+            print(f"  translation: {translation}{mark}")
+    print(f"Run directory: {result.run_dir}")
+    print(f'Translate with: python translate.py --run {result.run_dir} "<sentence>"')
+
+
+def main(argv=None) -> int:
+    """Runs `train.py` with `argv` (default: the command line's); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    explicit = build_parser(suppress_defaults=True).parse_args(argv)
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package_logger = logging.getLogger("transformer")
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False
+    logging.getLogger("absl").setLevel(logging.ERROR)  # TFDS' and TensorFlow's warnings
+
+    try:
+        config = _config_from_args(args, explicit)
+        result = train(config, resume=args.resume, export=not args.no_export)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; continue with --resume.", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, TrainingError, tf.errors.OpError) as err:
+        return report_error(PROG, err)
+    if result.is_chief:
+        _print_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

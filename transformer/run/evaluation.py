@@ -1,0 +1,151 @@
+"""Evaluation of a trained model: token accuracy, exact match and BLEU on sentence pairs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+from typing import Any
+
+import sacrebleu
+import tensorflow as tf
+
+from transformer.constants import PAD_ID
+from transformer.data.batching import batches_from_tokens, tokenize_pairs
+from transformer.training import token_losses
+from transformer.translate import Translator
+
+
+def normalize_text(text: str, lower_case: bool = True) -> str:
+    """The form in which translations and references are compared.
+
+    The tokenizers' `detokenize` gives lower-cased, accent-free text with
+    punctuation split off ("the boy ' s book"), so the references are brought
+    to the same form: lower-cased and accents stripped (when the tokenizers
+    lower-case), every punctuation mark a word of its own, single spaces.
+
+    Example:
+
+    >>> normalize_text("The boy's  Café.")
+    "the boy ' s cafe ."
+    """
+    if lower_case:
+        text = unicodedata.normalize("NFD", text.lower())
+        text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
+    return " ".join(_WORDS_AND_PUNCTUATION.findall(text))
+
+
+_WORDS_AND_PUNCTUATION = re.compile(r"\w+|[^\w\s]")
+
+
+def translate_all(model, tokenizers, sentences, batch_size=128, max_length=64) -> list[str]:
+    """Translates sentences greedily with `transformer.translate.Translator` (cached
+    decoding), in batches of sentences of similar length.
+
+    Args:
+        model: a `Transformer`.
+        tokenizers: with `.source` and `.target`.
+        sentences: the source sentences.
+        batch_size: sentences per batch.
+        max_length: the most output tokens, `[END]` included.
+
+    Returns:
+        The translations, in the order of `sentences`.
+    """
+    translator = Translator(tokenizers, model, max_length=max_length)
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].split()))
+    texts = [""] * len(sentences)
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        results = translator([sentences[i] for i in indices], return_attention=False)
+        for index, result in zip(indices, results, strict=True):
+            texts[index] = result.text
+    return texts
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """The quality of a model on sentence pairs.
+
+    Attributes:
+        masked_accuracy: share of non-padding target tokens predicted right
+            with teacher forcing (over all tokens, not averaged per batch).
+        loss: masked cross-entropy with teacher forcing (no label smoothing).
+        exact_match: share of sentences whose greedy translation equals the
+            reference, both in `normalize_text` form.
+        bleu: sacrebleu's corpus BLEU of the greedy translations, on the
+            `normalize_text` forms.
+        bleu_signature: sacrebleu's signature of that score.
+        num_sentences: how many pairs were evaluated.
+        translations: the greedy translations, in the order of the pairs.
+    """
+
+    masked_accuracy: float
+    loss: float
+    exact_match: float
+    bleu: float
+    bleu_signature: str
+    num_sentences: int
+    translations: list[str] = dataclasses.field(repr=False, default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("translations")
+        data["bleu_text"] = "normalized: lower-cased, accents stripped, punctuation split"
+        return data
+
+
+def evaluate(model, tokenizers, pairs, *, batch_size=128, max_tokens=None, lower_case=True):
+    """Masked token accuracy, sentence exact match and corpus BLEU on `pairs`.
+
+    Args:
+        model: a `Transformer`.
+        tokenizers: with `.source` and `.target`.
+        pairs: `(source, reference)` string pairs.
+        batch_size: sentences per batch.
+        max_tokens: longest source and output in tokens; the model's
+            `max_length` by default.
+        lower_case: whether the tokenizers lower-case (references are
+            normalized the same way).
+
+    Returns:
+        An `Evaluation`.
+
+    Example:
+
+    ```python
+    result = evaluate(model, tokenizers, corpus.test)
+    result.exact_match, result.bleu, result.bleu_signature
+    ```
+    """
+    if not pairs:
+        raise ValueError("Cannot evaluate on an empty list of sentence pairs.")
+    max_tokens = max_tokens or int(model.max_length)
+    tokenized = tokenize_pairs(list(pairs), tokenizers, max_tokens)
+
+    correct = total = loss_sum = 0.0
+    for (context, x), labels in batches_from_tokens(tokenized, batch_size, shuffle=False):
+        logits = model((context, x), training=False)  # (batch, target_len, vocab)
+        mask = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+        guess = tf.argmax(logits, axis=-1, output_type=tf.int64)
+        correct += float(tf.reduce_sum(tf.cast(tf.equal(guess, labels), tf.float32) * mask))
+        loss_sum += float(tf.reduce_sum(token_losses(labels, logits, 0.0) * mask))
+        total += float(tf.reduce_sum(mask))
+
+    translations = translate_all(
+        model, tokenizers, [source for source, _ in pairs], batch_size, max_length=max_tokens
+    )
+    hypotheses = [normalize_text(text, lower_case) for text in translations]
+    references = [normalize_text(reference, lower_case) for _, reference in pairs]
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(pairs)
+    bleu = sacrebleu.BLEU()
+    score = bleu.corpus_score(hypotheses, [references])
+    return Evaluation(
+        masked_accuracy=correct / max(total, 1.0),
+        loss=loss_sum / max(total, 1.0),
+        exact_match=exact,
+        bleu=float(score.score),
+        bleu_signature=str(bleu.get_signature()),
+        num_sentences=len(pairs),
+        translations=translations,
+    )

@@ -1,0 +1,590 @@
+"""`train`: a whole training run, as `train.py` does it, in named stages.
+
+prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers,
+`config.json`) -> model (build, compile, restore) -> fit -> evaluate
+(`metrics.json`) -> export. The run directory's layout is `transformer.rundir`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from transformer import rundir
+from transformer.data.batching import TokenizedPairs, batches_from_tokens, tokenize_pairs
+from transformer.data.corpus import Corpus
+from transformer.data.loading import load_corpus
+from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.run.callbacks import (
+    CheckpointSaver,
+    EpochSummary,
+    LearningRateLogger,
+    ScalarSummaries,
+    StopOnNaN,
+    TrainingError,
+    optimizer_step,
+)
+from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
+from transformer.run.distribute import is_chief, make_strategy, worker_name
+from transformer.run.evaluation import Evaluation, evaluate
+from transformer.run.multiworker import multi_worker_fit_workaround
+from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
+from transformer.translate import export_translator
+
+__all__ = ["TrainResult", "TrainingError", "train", "weights_fingerprint"]
+
+logger = logging.getLogger(__name__)
+
+MAX_CHECKPOINTS_KEPT = 3
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` did.
+
+    Attributes:
+        run_dir: the run directory (written by the chief only).
+        config: the run's configuration, `steps_per_epoch` resolved.
+        history: per-epoch logs of this process' `fit` calls (loss,
+            masked_accuracy, val_*, learning_rate).
+        evaluation: the test-split `Evaluation` (None on non-chief workers or
+            without test pairs).
+        examples: `(source, reference, translation)` for the first test pairs.
+        initial_step: the step training started (or resumed) from.
+        final_step: the optimizer's step at the end.
+        is_chief: whether this process wrote the run directory.
+        weights_sha256: a fingerprint of the final weights (equal on every
+            worker of a multi-worker run).
+        export_dir: the exported translator, if it was written.
+    """
+
+    run_dir: Path
+    config: RunConfig
+    history: dict[str, list[float]]
+    evaluation: Evaluation | None
+    examples: list[tuple[str, str, str]]
+    initial_step: int
+    final_step: int
+    is_chief: bool
+    weights_sha256: str
+    export_dir: Path | None = None
+
+
+def weights_fingerprint(model) -> str:
+    """SHA-256 of all of a model's weights, in order (equal weights, equal digest)."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    return digest.hexdigest()
+
+
+def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) -> TrainResult:
+    """Trains a translator as `train.py` does: data, tokenizers, model, fit,
+    checkpoints, evaluation and the run directory.
+
+    1. Creates the distribution strategy (first, as `tf.distribute` requires).
+    2. Loads the corpus and builds the tokenizers (or reloads them to resume).
+    3. Writes `tokenizers/` and `config.json`, then trains with `model.fit`:
+       Adam and `CustomSchedule` (section 5.3), `MaskedLoss` with label
+       smoothing (section 5.4), `masked_accuracy`, checkpoints every
+       `checkpoint_every` updates and every epoch, `metrics.csv` and
+       TensorBoard `logs/`.
+    4. Saves `model.keras`, evaluates on the test split (`metrics.json`) and
+       exports the translator (`export/`) when `transformer.translate` can.
+
+    Resuming (`resume=True`) restores the weights, the optimizer state and its
+    step (hence the learning rate) from the latest checkpoint, and continues in
+    the epoch and at the batch where that checkpoint was taken. The training
+    pairs are a fixed, seeded stream of shuffled passes, so the resumed run sees
+    exactly the batches the uninterrupted run would have seen. Dropout masks
+    differ, as their random state is not checkpointed.
+
+    Args:
+        config: the run's `RunConfig`. To resume, the saved one with the
+            changes allowed by `RunConfig.for_resume` (other changes raise).
+        resume: continue the run in `config.run_dir`. Without it, a non-empty
+            `run_dir` is refused.
+        verbose: Keras' progress display: `"auto"` (a progress bar on a
+            terminal, else only the one-line epoch summaries), 0, 1 or 2.
+        export: also export the translator to `export/`
+            (`transformer.translate.export_translator`).
+
+    Returns:
+        A `TrainResult`.
+
+    Raises:
+        transformer.rundir.RunDirError: the output directory is not usable.
+        transformer.data.DataError: the data cannot be read.
+        TrainingError: the loss became NaN (the message names the step).
+        ValueError: an invalid setting.
+
+    Example:
+
+    ```python
+    result = train(RunConfig(output_dir="runs/toy"))
+    result.evaluation.exact_match, result.evaluation.bleu
+    ```
+    """
+    started = time.perf_counter()
+    session = _prepare(config, resume, started)
+    previous_policy = keras.mixed_precision.global_policy()
+    try:
+        keras.mixed_precision.set_global_policy(session.config.precision)
+        keras.utils.set_random_seed(session.config.seed)
+        data = _load_data(session)
+        state = _build_model(session, data)
+        history, final_step = _fit(session, data, state, verbose)
+        fingerprint = _save_model(session, state.model, final_step)
+        evaluation, examples, export_dir = None, [], None
+        if session.chief:
+            evaluation, examples = _evaluate(session, data, state.model)
+            _write_metrics(session, evaluation, final_step, fingerprint)
+            if export:
+                export_dir = _export(session.run_dir)
+        return TrainResult(
+            run_dir=session.run_dir,
+            config=session.config,
+            history=history,
+            evaluation=evaluation,
+            examples=examples,
+            initial_step=state.initial_step,
+            final_step=final_step,
+            is_chief=session.chief,
+            weights_sha256=fingerprint,
+            export_dir=export_dir,
+        )
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+        if not session.chief:
+            shutil.rmtree(session.write_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# What the stages hand on
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Session:
+    """The run being trained: its settings, its strategy and where it writes.
+
+    Attributes:
+        config: the run's settings; the data stage resolves `steps_per_epoch`.
+        strategy: the `tf.distribute.Strategy`.
+        chief: whether this process writes the run directory.
+        resuming: whether a saved run is continued (its config was read).
+        run_dir: the run directory.
+        write_dir: where this process writes: `run_dir` on the chief, a
+            temporary directory on the other workers.
+        started: `time.perf_counter()` when `train` was called.
+    """
+
+    config: RunConfig
+    strategy: tf.distribute.Strategy
+    chief: bool
+    resuming: bool
+    run_dir: Path
+    write_dir: Path
+    started: float
+
+
+@dataclasses.dataclass
+class _Data:
+    """The corpus, the tokenizers and the batches of a run."""
+
+    corpus: Corpus
+    tokenizers: Any
+    train_tokens: TokenizedPairs
+    valid_batches: tf.data.Dataset | None
+    input_vocab_size: int
+    target_vocab_size: int
+
+
+@dataclasses.dataclass
+class _ModelState:
+    """The compiled model, its checkpoints and the step it starts from."""
+
+    model: keras.Model
+    checkpoint_manager: tf.train.CheckpointManager
+    initial_step: int
+
+
+# --------------------------------------------------------------------------
+# The stages of `train`, in order
+# --------------------------------------------------------------------------
+
+
+def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
+    """Creates the strategy (first, as `tf.distribute` requires) and checks the run directory."""
+    strategy = make_strategy(config.strategy, config.cpu_devices)
+    chief = is_chief(strategy)
+    saved = _prepare_run_dir(config, resume, chief)
+    if saved is not None:
+        config = _check_resume(config, saved)
+    run_dir = config.run_dir
+    write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
+    if not chief:
+        logger.info("%s writes its copies to %s (deleted at the end).",
+                    worker_name(strategy).capitalize(), write_dir)
+    return _Session(config=config, strategy=strategy, chief=chief, resuming=saved is not None,
+                    run_dir=run_dir, write_dir=write_dir, started=started)
+
+
+def _load_data(session: _Session) -> _Data:
+    """Loads the corpus, builds (or reloads) the tokenizers and writes `config.json`."""
+    config = session.config
+    corpus = load_corpus(
+        dataset=config.dataset,
+        data=config.data,
+        valid=config.valid,
+        test=config.test,
+        source_column=config.source_column,
+        target_column=config.target_column,
+        skip_bad_lines=config.skip_bad_lines,
+        seed=config.seed,
+        data_dir=config.tfds_data_dir,
+        download=config.download,
+    )
+    logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
+                len(corpus.train), len(corpus.valid), len(corpus.test))
+    session.write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
+    tokenizers = _tokenizers(session, corpus)
+    max_tokens = config.resolved_max_tokens
+    train_tokens = tokenize_pairs(corpus.train, tokenizers, max_tokens)
+    steps_per_epoch = config.steps_per_epoch or math.ceil(len(train_tokens) / config.batch_size)
+    session.config = dataclasses.replace(config, steps_per_epoch=steps_per_epoch)
+    data = _Data(
+        corpus=corpus,
+        tokenizers=tokenizers,
+        train_tokens=train_tokens,
+        valid_batches=None,
+        input_vocab_size=int(tokenizers.source.get_vocab_size()),
+        target_vocab_size=int(tokenizers.target.get_vocab_size()),
+    )
+    if session.chief:
+        _write_config(session, data)
+    if corpus.valid:
+        valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
+        valid_batches = batches_from_tokens(valid_tokens, config.batch_size, shuffle=False)
+        data.valid_batches = valid_batches.with_options(_sharding_options())
+    return data
+
+
+def _build_model(session: _Session, data: _Data) -> _ModelState:
+    """Builds and compiles the model under the strategy; restores the checkpoint to resume."""
+    config, run_dir = session.config, session.run_dir
+    with session.strategy.scope():
+        keras.utils.set_random_seed(config.seed)
+        model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
+        model.compile(
+            optimizer=make_optimizer(config.model.d_model, config.warmup_steps),
+            loss=MaskedLoss(config.label_smoothing),
+            metrics=[masked_accuracy],
+            jit_compile=config.jit_compile,
+        )
+        model.optimizer.build(model.trainable_variables)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(
+        checkpoint, str(session.write_dir / rundir.CHECKPOINTS_DIR),
+        max_to_keep=MAX_CHECKPOINTS_KEPT,
+    )
+    if session.resuming:
+        latest = tf.train.latest_checkpoint(str(run_dir / rundir.CHECKPOINTS_DIR))
+        if latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+    initial_step = optimizer_step(model.optimizer)
+    logger.info(
+        "Model: %s, %s parameters, %s precision; %d steps per epoch of %d pairs.",
+        ", ".join(f"{k}={v}" for k, v in config.model.to_dict().items()),
+        f"{model.count_params():,}",
+        config.precision,
+        config.steps_per_epoch,
+        config.batch_size,
+    )
+    if session.resuming and initial_step < config.epochs * config.steps_per_epoch:
+        epoch, batch = divmod(initial_step, config.steps_per_epoch)
+        logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
+                    epoch + 1, batch)
+    return _ModelState(model=model, checkpoint_manager=manager, initial_step=initial_step)
+
+
+def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[dict, int]:
+    """Trains from the initial step to the last epoch; returns the history and the final step.
+
+    A run interrupted mid-epoch first finishes that epoch, then trains the
+    remaining ones, so every epoch ends at a multiple of `steps_per_epoch`.
+    """
+    config = session.config
+    steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
+    fitter = _Fitter(session, data, state.model, _callbacks(session, state), verbose)
+    train_started = time.perf_counter()
+    step = state.initial_step
+    if step >= total_steps:
+        logger.info("%s has already trained all %d epochs (%d steps); evaluating it.",
+                    session.run_dir, config.epochs, total_steps)
+    else:
+        epoch, offset = divmod(step, steps_per_epoch)
+        if offset:  # finish the interrupted epoch first
+            fitter.fit(epoch, epoch + 1, steps_per_epoch - offset, step)
+            epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
+        if epoch < config.epochs:
+            fitter.fit(epoch, config.epochs, steps_per_epoch, step)
+    final_step = optimizer_step(state.model.optimizer)
+    if final_step > state.initial_step:
+        logger.info("Trained %d steps in %.0f s.", final_step - state.initial_step,
+                    time.perf_counter() - train_started)
+    return fitter.history, final_step
+
+
+def _save_model(session: _Session, model, final_step: int) -> str:
+    """Logs the weights' fingerprint and saves `model.keras`; returns the fingerprint."""
+    fingerprint = weights_fingerprint(model)
+    logger.info("Weights after step %d: sha256 %s", final_step, fingerprint)
+    _save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
+    return fingerprint
+
+
+def _evaluate(session: _Session, data: _Data, model) -> tuple[Evaluation | None, list]:
+    """Evaluates on the test split; returns the `Evaluation` and the first examples."""
+    config, test = session.config, data.corpus.test
+    if not test:
+        logger.warning("The corpus has no test pairs: skipping the evaluation.")
+        return None, []
+    eval_started = time.perf_counter()
+    evaluation = evaluate(
+        model,
+        data.tokenizers,
+        test,
+        batch_size=config.eval_batch_size,
+        max_tokens=config.resolved_max_tokens,
+        lower_case=config.lower_case,
+    )
+    logger.info("Evaluated %d test pairs in %.0f s.", len(test), time.perf_counter() - eval_started)
+    examples = [
+        (source, reference, translation)
+        for (source, reference), translation in zip(
+            test[: config.num_examples],
+            evaluation.translations[: config.num_examples],
+            strict=True,
+        )
+    ]
+    return evaluation, examples
+
+
+def _write_metrics(session: _Session, evaluation, final_step: int, fingerprint: str) -> None:
+    """Writes `metrics.json`: the test evaluation and facts about the run."""
+    metrics = {
+        "test": evaluation.to_dict() if evaluation else None,
+        "final_step": final_step,
+        "epochs": session.config.epochs,
+        "weights_sha256": fingerprint,
+        # This session's time (metrics.csv has every epoch's logs).
+        "seconds": round(time.perf_counter() - session.started, 1),
+    }
+    rundir.write_json_atomic(session.run_dir / rundir.METRICS_JSON, metrics)
+
+
+def _export(run_dir: Path) -> Path | None:
+    """Exports the translator to `export/`; a failure is logged, as the run is complete."""
+    try:
+        return Path(export_translator(run_dir))
+    except Exception as err:  # noqa: BLE001 - the run is complete without it
+        logger.warning("Could not export the translator: %s", err)
+        return None
+
+
+# --------------------------------------------------------------------------
+# Helpers of the stages
+# --------------------------------------------------------------------------
+
+
+def _tokenizers(session: _Session, corpus: Corpus):
+    """The saved tokenizers when resuming, else new ones (saved by the chief)."""
+    tokenizers_dir = session.run_dir / rundir.TOKENIZERS_DIR
+    if session.resuming and tokenizers_dir.is_dir():
+        return load_tokenizers(tokenizers_dir)
+    config = session.config
+    tokenizers = build_tokenizers(corpus.train, config.vocab_size, config.lower_case)
+    if session.chief:
+        _save_tokenizers(tokenizers, tokenizers_dir)
+    return tokenizers
+
+
+def _write_config(session: _Session, data: _Data) -> None:
+    """Writes `config.json`: the settings, the vocabulary sizes and the format version."""
+    record = session.config.to_dict()
+    record.update(
+        input_vocab_size=data.input_vocab_size,
+        target_vocab_size=data.target_vocab_size,
+        format_version=CONFIG_FORMAT_VERSION,
+    )
+    rundir.write_json_atomic(session.run_dir / rundir.CONFIG_FILE, record)
+
+
+def _sharding_options() -> tf.data.Options:
+    """Each worker of a multi-worker run reads its share of every batch."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return options
+
+
+def _train_stream(tokens: TokenizedPairs, config: RunConfig, start_step: int) -> tf.data.Dataset:
+    """One seeded stream of shuffled passes over the training pairs; resuming skips what was seen."""
+    stream = batches_from_tokens(tokens, config.batch_size, True, config.seed)
+    stream = stream.repeat()
+    if start_step:
+        stream = stream.skip(start_step)
+    return stream.with_options(_sharding_options())
+
+
+def _callbacks(session: _Session, state: _ModelState) -> list[keras.callbacks.Callback]:
+    """The callbacks of `fit`, in order: the NaN stop comes before the checkpoint saver."""
+    config, run_dir = session.config, session.run_dir
+    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR)]
+    if session.chief:
+        metrics_csv = run_dir / rundir.METRICS_CSV
+        _truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
+        callbacks.append(keras.callbacks.CSVLogger(str(metrics_csv), append=True))
+    callbacks.append(CheckpointSaver(state.checkpoint_manager, config.checkpoint_every))
+    # The progress bar (when shown) finishes its line before the summary.
+    callbacks.append(keras.callbacks.ProgbarLogger())
+    callbacks.append(EpochSummary(config.epochs))
+    if session.chief:
+        callbacks.append(ScalarSummaries(run_dir / rundir.LOGS_DIR))
+    return callbacks
+
+
+class _Fitter:
+    """Calls `model.fit` for a range of epochs and gathers the history of the calls."""
+
+    def __init__(self, session: _Session, data: _Data, model, callbacks, verbose):
+        self.session = session
+        self.data = data
+        self.model = model
+        self.fit_args = dict(
+            validation_data=data.valid_batches,
+            callbacks=callbacks,
+            verbose=_resolve_verbose(verbose) if session.chief else 0,
+        )
+        self.history: dict[str, list[float]] = {}
+
+    def fit(self, first_epoch: int, last_epoch: int, steps: int, start_step: int) -> None:
+        """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps, from `start_step`."""
+        tokens = self.data.train_tokens
+        with multi_worker_fit_workaround(self.model, self.session.strategy, tokens):
+            fitted = self.model.fit(
+                _train_stream(tokens, self.session.config, start_step),
+                initial_epoch=first_epoch,
+                epochs=last_epoch,
+                steps_per_epoch=steps,
+                shuffle=False,  # the stream is shuffled, seeded, by batches_from_tokens
+                **self.fit_args,
+            )
+        for key, values in fitted.history.items():
+            self.history.setdefault(key, []).extend(float(v) for v in values)
+
+
+# --------------------------------------------------------------------------
+# The run directory: preparation, resume checks and atomic writes
+# --------------------------------------------------------------------------
+
+
+def _run_files(run_dir: Path) -> list[str]:
+    return sorted(entry.name for entry in run_dir.iterdir()) if run_dir.is_dir() else []
+
+
+def _prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> RunConfig | None:
+    """Checks the output directory; returns the saved config when resuming one."""
+    run_dir = config.run_dir
+    if run_dir.exists() and not run_dir.is_dir():
+        raise rundir.RunDirError(f"Output directory {str(run_dir)!r} exists and is not a directory.")
+    files = _run_files(run_dir)
+    has_config = (run_dir / rundir.CONFIG_FILE).is_file()
+    if not resume:
+        if files and chief:
+            listing = ", ".join(files[:4]) + (", ..." if len(files) > 4 else "")
+            raise rundir.RunDirError(
+                f"Output directory {str(run_dir)!r} is not empty (it holds {listing}). "
+                "Continue that run with --resume, or choose another --output-dir."
+            )
+        return None
+    if has_config:
+        return RunConfig.load(run_dir)
+    ours = {
+        rundir.TOKENIZERS_DIR, rundir.CHECKPOINTS_DIR, rundir.LOGS_DIR, rundir.METRICS_CSV,
+    }
+    strangers = [name for name in files if name not in ours]
+    if strangers:
+        raise rundir.RunDirError(
+            f"Cannot resume from {str(run_dir)!r}: it has no {rundir.CONFIG_FILE}, so it is "
+            f"not a training run (it holds {', '.join(strangers[:4])})."
+        )
+    if not chief:
+        raise rundir.RunDirError(
+            f"Cannot resume: this worker cannot read {str(run_dir / rundir.CONFIG_FILE)!r}. "
+            "A multi-worker run resumes only when every worker sees the chief's output "
+            "directory (a shared filesystem at the same path)."
+        )
+    if files:
+        logger.info("Nothing to resume in %s (the run stopped before it began); starting anew.",
+                    run_dir)
+    return None
+
+
+def _check_resume(config: RunConfig, saved: RunConfig) -> RunConfig:
+    """The saved config with the allowed changes of `config`; raises on the others."""
+    changes = config.to_dict()
+    changes.update(changes.pop("model"))
+    if config.steps_per_epoch is None:
+        changes.pop("steps_per_epoch")
+    return saved.for_resume(**changes)
+
+
+def _save_tokenizers(tokenizers, directory: Path) -> None:
+    # No rename dance is needed: config.json is written after the tokenizers,
+    # and a directory without config.json is started anew on --resume.
+    shutil.rmtree(directory, ignore_errors=True)
+    save_tokenizers(tokenizers, directory)
+
+
+def _save_model_atomic(model, path: Path) -> None:
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)  # Keras wants the .keras suffix
+    model.save(tmp)
+    os.replace(tmp, path)
+
+
+def _truncate_metrics_csv(path: Path, first_epoch: int) -> None:
+    """Drops the rows of epochs >= `first_epoch` (0-based), which will be written again."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return
+    kept = [lines[0]]
+    for line in lines[1:]:
+        epoch = line.split(",", 1)[0]
+        if epoch.isdigit() and int(epoch) < first_epoch:
+            kept.append(line)
+    if len(kept) != len(lines):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _resolve_verbose(verbose) -> int:
+    if verbose == "auto":
+        return 1 if hasattr(sys.stdout, "isatty") and sys.stdout.isatty() else 0
+    return int(verbose)
