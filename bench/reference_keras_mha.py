@@ -1,7 +1,7 @@
 """The training-speed reference: our Transformer's architecture on `keras.layers.MultiHeadAttention`.
 
-This is the model `bench/train_speed.py` races against (DESIGN.md, "Performance
-principles"). It is written in the Keras-layer style of the current TensorFlow
+This is the model `bench/train_speed.py` races against (docs/design.md, "Precision and
+speed"). It is written in the Keras-layer style of the current TensorFlow
 tutorial ("Neural machine translation with a Transformer and Keras"): every
 attention sublayer is a `keras.layers.MultiHeadAttention(num_heads,
 key_dim=d_model // num_heads)`, the decoder's self-attention uses

@@ -71,7 +71,7 @@ from transformer.run.precision import (  # noqa: E402
     default_precision,
     explain_default_precision,
 )
-from transformer.run.train import TrainingError, train  # noqa: E402
+from transformer.run.trainer import TrainingError, train  # noqa: E402
 
 PROG = "train.py"
 

@@ -8,7 +8,7 @@ where a returned figure renders as a PNG when it is the value of a cell.
 
 Conventions shared by all figures:
 
-- Masks follow DESIGN.md's single convention: **1 = masked (attention NOT
+- Masks follow the single convention of docs/design.md: **1 = masked (attention NOT
   allowed)**, 0 = allowed. The colour bar of every mask plot says so.
 - Matrices are drawn with the query position (row `i`) on the y-axis, top to
   bottom, and the key position (column `j`) on the x-axis, left to right, the

@@ -30,7 +30,7 @@ __all__ = [
     "plot_attention_weights",
 ]
 
-# The roles of attention in the model (section 3.2.3), by DESIGN.md weight-dict key.
+# The roles of attention in the model (section 3.2.3), by attention-weights dict key (docs/design.md).
 _LAYER_NAME = re.compile(r"^(encoder|decoder)_layer(\d+)(?:_block([12]))?$")
 _ROLES = {
     ("encoder", None): "encoder self-attention",
@@ -40,7 +40,7 @@ _ROLES = {
 
 
 def attention_layer_description(layer_name: str | None) -> str:
-    """Names the role (section 3.2.3) of a DESIGN.md attention-weights key.
+    """Names the role (section 3.2.3) of an attention-weights dict key (docs/design.md).
 
     Args:
         layer_name: a key of the Transformer's weights dict: `encoder_layer{i}`,

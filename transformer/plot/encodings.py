@@ -1,5 +1,5 @@
 """Figures of the model's inputs: the positional encoding (section 3.5) and the
-attention masks (section 3.2.3, DESIGN.md decision 3)."""
+attention masks (section 3.2.3; docs/design.md, "Masks")."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def _mask_to_2d(mask, name: str, batch_index: int, num_queries: int | None) -> n
             raise _invalid("batch_index", f"an index into the batch of {batch}", batch_index)
         array = array[batch_index if batch > 1 else 0]
     if array.ndim == 3:
-        array = array[0]  # head 0; DESIGN.md masks have a heads axis of 1.
+        array = array[0]  # head 0; the project's masks have a heads axis of 1.
     values = np.unique(array)
     if not np.all(np.isin(values, (0.0, 1.0))):
         raise _invalid(
@@ -224,9 +224,9 @@ def plot_mask(
     ax=None,
     figsize=None,
 ) -> Figure:
-    """Plots one attention mask (section 3.2.3 and DESIGN.md decision 3).
+    """Plots one attention mask (section 3.2.3; docs/design.md, "Masks").
 
-    The convention is DESIGN.md's: **1 = masked (attention NOT allowed)**,
+    The convention is that of docs/design.md: **1 = masked (attention NOT allowed)**,
     0 = allowed, stated on the colour bar. Rows are query positions `i`
     (top to bottom), columns are key positions `j` (left to right), so a
     look-ahead mask shows 1s above the diagonal.

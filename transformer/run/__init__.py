@@ -47,7 +47,7 @@ from transformer.run.precision import (
     default_precision,
     explain_default_precision,
 )
-from transformer.run.train import TrainResult, train, weights_fingerprint
+from transformer.run.trainer import TrainResult, train, weights_fingerprint
 
 __all__ = [
     "RunConfig",

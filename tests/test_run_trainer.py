@@ -1,4 +1,4 @@
-"""Tests of transformer.run.train: tiny runs, resume mid-epoch, seeds, NaN stop, run directory."""
+"""Tests of transformer.run.trainer: tiny runs, resume mid-epoch, seeds, NaN stop, run directory."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformer.rundir import RunDirError
 
 
 def test_truncate_metrics_csv(tmp_path):
-    from transformer.run.train import _truncate_metrics_csv
+    from transformer.run.trainer import _truncate_metrics_csv
 
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,loss\n0,3.0\n1,2.0\n2,1.0\n")
