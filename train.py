@@ -8,7 +8,7 @@ evaluates it on the toy test split and writes everything to runs/toy/.
     python train.py
     python train.py --data pairs.tsv --preset tutorial --epochs 20
     python train.py --output-dir runs/toy --resume      # after an interruption
-    python translate.py --run runs/toy "o gato preto come o peixe"
+    python translate.py --run runs/toy "o gato preto come o bolo"
 
 The command is `transformer.cli.train` (installed as `transformer-train`); the
 work is `transformer.run.train`.

@@ -1,7 +1,7 @@
 """Translate sentences with a trained run (written by train.py).
 
-    python translate.py --run runs/toy "o gato preto come o peixe"
-    python translate.py --run runs/toy "o gato" "o peixe" --beam 4
+    python translate.py --run runs/toy "o gato preto come o bolo"
+    python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4
     cat sentences.txt | python translate.py --run runs/toy --show-tokens
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
 

@@ -7,7 +7,7 @@ evaluates it on the toy test split and writes everything to runs/toy/.
     python train.py
     python train.py --data pairs.tsv --preset tutorial --epochs 20
     python train.py --output-dir runs/toy --resume      # after an interruption
-    python translate.py --run runs/toy "o gato preto come o peixe"
+    python translate.py --run runs/toy "o gato preto come o bolo"
 
 This module only parses the options; the work is `transformer.run.train`.
 Importing it imports TensorFlow, with TensorFlow's native start-up messages

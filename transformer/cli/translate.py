@@ -1,7 +1,7 @@
 """Translate sentences with a trained run (written by train.py), from the command line.
 
-    python translate.py --run runs/toy "o gato preto come o peixe"
-    python translate.py --run runs/toy "o gato" "o peixe" --beam 4
+    python translate.py --run runs/toy "o gato preto come o bolo"
+    python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4
     cat sentences.txt | python translate.py --run runs/toy --show-tokens
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
 
@@ -25,6 +25,7 @@ from transformer.cli.common import (
     positive_int,
     report_error,
 )
+from transformer.plot import plot_attention_weights  # matplotlib only, no TensorFlow
 
 PROG = "translate.py"
 
@@ -139,8 +140,6 @@ def run(args):
     sys.stdout.flush()
 
     if args.plot is not None:
-        from transformer.plot import plot_attention_weights
-
         for result, path in zip(results, _plot_paths(args.plot, len(results)), strict=True):
             if not result.tokens:
                 logging.warning("Not plotting %s: the sentence is empty.", path)

@@ -42,7 +42,11 @@ import tensorflow_text as text
 
 from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from transformer.data.corpus import DataError, Pair
-from transformer.data.sentencepiece import SentencePieceTokenizer
+from transformer.data.sentencepiece import (
+    SentencePieceTokenizer,
+    learn_sentencepiece_model,
+    write_sentencepiece_files,
+)
 from transformer.data.wordpiece import learn_wordpiece_vocab
 
 logger = logging.getLogger(__name__)
@@ -394,8 +398,6 @@ def _build_wordpiece(pairs, vocab_size, lower_case, vocab_dir: Path, learn_param
 
 def _build_sentencepiece(pairs, vocab_size, lower_case, vocab_dir: Path, learn_params, shared):
     """SentencePiece models, one per language or one shared (`shared.model`)."""
-    from transformer.data.sentencepiece import learn_sentencepiece_model, write_sentencepiece_files
-
     params = dict(learn_params or {})
     if lower_case:
         params.setdefault("normalization", "nmt_nfkc_cf")
