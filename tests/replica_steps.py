@@ -6,7 +6,7 @@ before TensorFlow initialises)::
     python tests/replica_steps.py STRATEGY OUT.npz [--cpu-devices N]
         [--lengths equal|unequal]
 
-It builds the strategy with `transformer.distribute.make_strategy`, compiles
+It builds the strategy with `transformer.run.distribute.make_strategy`, compiles
 the library's model with `MaskedLoss` as `transformer.training.train` does
 (dropout 0, seed 0) but with plain SGD, fits `STEPS` steps of fixed, unshuffled batches of
 `GLOBAL_BATCH` pairs, and saves the weights and the per-step losses to
@@ -51,7 +51,7 @@ def main(argv=None):
     parser.add_argument("--lengths", choices=sorted(TARGET_LENGTHS), default="equal")
     args = parser.parse_args(argv)
 
-    from transformer.distribute import is_chief, make_strategy
+    from transformer.run.distribute import is_chief, make_strategy
 
     strategy = make_strategy(args.strategy, args.cpu_devices)  # before any other TF op
 

@@ -26,12 +26,14 @@ tutorial. How many pairs were trimmed is logged and kept in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from transformer._validation import check_positive_int
 from transformer.constants import PAD_ID
 from transformer.data.corpus import DataError, Pair
 
@@ -176,19 +178,109 @@ def batches_from_tokens(
     if shuffle:
         dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    context_rows, target_rows = tokenized.context, tokenized.target
-
-    def gather(indices):
-        context = tf.gather(context_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, src)
-        target = tf.gather(target_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, tgt)
-        context = tf.cast(context, tf.int64)
-        target = tf.cast(target, tf.int64)
-        x = target[:, :-1]  # (batch, tgt - 1): [START] w1 ... wk (pad)
-        labels = target[:, 1:]  # (batch, tgt - 1): w1 ... wk [END] (pad)
-        return (context, x), labels
-
+    gather = functools.partial(_gather, tokenized.context, tokenized.target)
     dataset = dataset.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _gather(context_rows, target_rows, indices):
+    """The padded `((context, x), labels)` batch of the pairs `indices`."""
+    context = tf.gather(context_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, src)
+    target = tf.gather(target_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, tgt)
+    context = tf.cast(context, tf.int64)
+    target = tf.cast(target, tf.int64)
+    x = target[:, :-1]  # (batch, tgt - 1): [START] w1 ... wk (pad)
+    labels = target[:, 1:]  # (batch, tgt - 1): w1 ... wk [END] (pad)
+    return (context, x), labels
+
+
+def pair_lengths(tokenized: TokenizedPairs) -> np.ndarray:
+    """Each pair's padded length in a batch: the longer of `context` and `x`."""
+    source = np.diff(tokenized.context.row_splits.numpy())
+    target = np.diff(tokenized.target.row_splits.numpy()) - 1  # x drops the last token
+    return np.maximum(source, target)
+
+
+def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
+                         pool_batches: int = 100) -> list[np.ndarray]:
+    """One pass over the pairs as batches of about equal length under a token budget.
+
+    Section 5.1 of Vaswani et al., 2017: "Sentence pairs were batched together
+    by approximate sequence length. Each training batch contained a set of
+    sentence pairs containing approximately 25000 source tokens and 25000
+    target tokens." The pairs are shuffled (seeded by `seed` and
+    `pass_index`), cut into pools of about `pool_batches` batches, sorted by
+    length within each pool and cut into batches whose padded size
+    (pairs x longest pair) stays within `batch_tokens`; then the batches are
+    shuffled. Short pairs travel in large batches and long ones in small
+    batches, and almost no padding is computed.
+
+    Args:
+        lengths: int `(num_pairs,)`, see `pair_lengths`.
+        batch_tokens: the most padded tokens per batch and side; a pair
+            longer than that gets a batch of its own.
+        seed, pass_index: the order of this pass (the same for the same pair).
+        pool_batches: batches per sorting pool; larger pools pad less and mix less.
+
+    Returns:
+        A list of int64 index arrays, one per batch.
+    """
+    lengths = np.asarray(lengths)
+    rng = np.random.default_rng([seed, pass_index])
+    order = rng.permutation(len(lengths))
+    pool_size = max(1, int(pool_batches * batch_tokens / max(1.0, lengths.mean())))
+    batches = []
+    for start in range(0, len(order), pool_size):
+        pool = order[start : start + pool_size]
+        pool = pool[np.argsort(lengths[pool], kind="stable")]
+        # Sorted ascending, so a batch's longest pair is its last one.
+        first = 0
+        for i in range(1, len(pool) + 1):
+            if i == len(pool) or lengths[pool[i]] * (i + 1 - first) > batch_tokens:
+                batches.append(pool[first:i])
+                first = i
+    rng.shuffle(batches)
+    return batches
+
+
+def budget_batches_from_tokens(
+    tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0
+) -> tf.data.Dataset:
+    """An endless stream of `((context, x), labels)` batches under a token budget.
+
+    Pass after pass of `token_budget_batches` (pass `p` seeded by `seed` and
+    `p`), so the stream is the same for the same seed and a resumed run can
+    skip the batches it has already seen.
+
+    Args:
+        tokenized: the output of `tokenize_pairs`.
+        batch_tokens: the most padded tokens per batch and side.
+        seed: the seed of every pass's order.
+
+    Returns:
+        A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
+    """
+    check_positive_int("batch_tokens", batch_tokens)
+    lengths = pair_lengths(tokenized)
+
+    def indices():
+        pass_index = 0
+        while True:
+            yield from token_budget_batches(lengths, batch_tokens, seed, pass_index)
+            pass_index += 1
+
+    dataset = tf.data.Dataset.from_generator(
+        indices, output_signature=tf.TensorSpec([None], tf.int64)
+    )
+    return dataset.map(
+        functools.partial(_gather, tokenized.context, tokenized.target),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+    ).prefetch(tf.data.AUTOTUNE)
+
+
+def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0) -> int:
+    """How many token-budget batches the first pass over the pairs makes."""
+    return len(token_budget_batches(pair_lengths(tokenized), batch_tokens, seed, 0))
 
 
 def make_batches(

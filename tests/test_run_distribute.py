@@ -1,4 +1,4 @@
-"""Tests of transformer.distribute: TF_CONFIG parsing, strategy choice errors,
+"""Tests of transformer.run.distribute: TF_CONFIG parsing, strategy choice errors,
 logical CPU devices, and which process of a cluster writes the run directory."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 import tensorflow as tf
 
-from transformer.distribute import (
+from transformer.run.distribute import (
     configure_cpu_devices,
     is_chief,
     make_strategy,
