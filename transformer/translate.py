@@ -330,8 +330,11 @@ class Translator:
 
     def _translate(self, sentences, max_length, beam_size, alpha, return_attention):
         encoder_tokens, empty = self.encode(sentences)
-        output, log_probs = self._decode(encoder_tokens, empty, max_length, beam_size, alpha)
-        lengths = output_lengths(output)
+        output, log_probs, limits = self._decode(
+            encoder_tokens, empty, max_length, beam_size, alpha
+        )
+        # Up to [END], or to the sentence's own limit when it stopped there.
+        lengths = tf.minimum(output_lengths(output), tf.cast(limits, tf.int64))
         lengths = tf.where(tf.constant(empty), tf.constant(0, tf.int64), lengths).numpy()
         width = int(lengths.max()) if lengths.size else 0
         output = output[:, :width]  # (batch, width); a beam pads to max_length
@@ -369,8 +372,9 @@ class Translator:
         return results
 
     def _decode(self, encoder_tokens, empty, max_length, beam_size, alpha):
-        """Output tokens `(batch, steps)` and float64 numpy `(batch,)` scores:
-        `log P` for greedy decoding, `log P / lp` for beam search."""
+        """Output tokens `(batch, steps)`, float64 numpy `(batch,)` scores (`log P`
+        for greedy decoding, `log P / lp` for beam search) and the sentences'
+        output limits, int32 `(batch,)`."""
         empty = tf.constant(empty)
         limits = output_limits(encoder_tokens, max_length, self.extra_length)  # (batch,)
         max_length = tf.reduce_max(tf.concat([limits, [0]], axis=0))
@@ -383,7 +387,7 @@ class Translator:
                 encoder_tokens, max_length, tf.constant(beam_size, tf.int32),
                 tf.constant(alpha, tf.float32), empty, limits,
             )
-        return output, scores.numpy().astype(np.float64)
+        return output, scores.numpy().astype(np.float64), limits
 
 
 def _rows(tokens):

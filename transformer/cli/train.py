@@ -58,10 +58,16 @@ import tensorflow as tf  # noqa: E402
 
 from transformer import rundir  # noqa: E402
 from transformer.data.loading import DATASETS  # noqa: E402
+from transformer.data.tokenizers import TOKENIZER_KINDS  # noqa: E402
 from transformer.model import PRESETS, TransformerConfig  # noqa: E402
 from transformer.run.config import (  # noqa: E402
     CORPUS_DEFAULTS,
+    MAX_EPOCHS,
+    MIN_EPOCHS,
+    PAPER_WARMUP_STEPS,
+    TARGET_PAIRS_SEEN,
     TOY_DEFAULTS,
+    WARMUP_FRACTION,
     RunConfig,
     dataset_defaults,
 )
@@ -77,7 +83,7 @@ PROG = "train.py"
 
 
 # Option name -> RunConfig field, where they differ.
-_FIELD = {"dropout": "dropout_rate", "examples": "num_examples"}
+_FIELD = {"dropout": "dropout_rate", "examples": "num_examples", "eval_beam": "eval_beam_size"}
 # Options that are not settings of the run.
 _NOT_CONFIG = ("resume", "no_export")
 
@@ -131,6 +137,12 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--vocab-size", type=positive_int, metavar="N",
                        default=default(d.vocab_size),
                        help=f"largest subword vocabulary per language (default: {d.vocab_size})")
+    group.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=default(None),
+                       help="subword tokenizer: sentencepiece keeps case, accents and "
+                       "punctuation, so translations read as written text; wordpiece is the "
+                       "tutorial's BertTokenizer, which lower-cases, strips accents and "
+                       "splits punctuation off (the boy ' s book) (default: "
+                       f"{CORPUS_DEFAULTS['tokenizer']})")
 
     group = parser.add_argument_group("model (--num-layers etc. override the preset)")
     group.add_argument("--preset", choices=sorted(PRESETS), default=default(None),
@@ -154,18 +166,27 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help=f"sentence pairs per step, over all devices (default: {d.batch_size})")
     group.add_argument("--epochs", type=positive_int, metavar="N", default=default(None),
                        help="epochs to train; may grow on --resume (default: "
-                       f"{TOY_DEFAULTS['epochs']} for the toy corpus, {CORPUS_DEFAULTS['epochs']} "
-                       "otherwise)")
+                       f"{TOY_DEFAULTS['epochs']} for the toy corpus; otherwise sized from the "
+                       f"corpus: enough to see about {TARGET_PAIRS_SEEN:,} pairs, "
+                       f"{MIN_EPOCHS} to {MAX_EPOCHS} epochs)")
     group.add_argument("--steps-per-epoch", type=positive_int, metavar="N",
                        default=default(d.steps_per_epoch),
                        help="updates per epoch (default: "
                        + (str(d.steps_per_epoch) if d.steps_per_epoch else
                           "one pass over the training pairs") + ")")
+    group.add_argument("--batch-tokens", type=non_negative_int, metavar="N",
+                       default=default(None),
+                       help="batch pairs of about equal length, at most N padded tokens per "
+                       "batch and side (section 5.1), so that almost no padding is computed; "
+                       "0 for batches of --batch-size pairs (default: 0 for the toy corpus; "
+                       "otherwise --batch-size times the mean pair length, with one device)")
     group.add_argument("--warmup-steps", type=positive_int, metavar="N",
                        default=default(None),
                        help="learning-rate warm-up of the paper's schedule (default: "
-                       f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
-                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper)")
+                       f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus; otherwise "
+                       f"{round(100 * WARMUP_FRACTION)}%% of the run's steps, at most the paper's "
+                       f"{PAPER_WARMUP_STEPS}: a warm-up longer than the run would never let "
+                       "the learning rate reach its peak)")
     group.add_argument("--label-smoothing", type=rate, metavar="EPS",
                        default=default(d.label_smoothing),
                        help=f"label smoothing, 0 for none (default: {d.label_smoothing})")
@@ -188,6 +209,11 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--no-export", action="store_true", default=default(False),
                        help="do not export the translator to <output-dir>/export (default: "
                        "export it)")
+    group.add_argument("--eval-beam", type=positive_int, metavar="N",
+                       default=default(d.eval_beam_size),
+                       help="beam size of the final evaluation's translations; 1 is greedy, "
+                       f"more is the paper's beam search with alpha 0.6 (default: "
+                       f"{d.eval_beam_size})")
     group.add_argument("--examples", type=non_negative_int, metavar="N",
                        default=default(d.num_examples),
                        help=f"example translations to print (default: {d.num_examples})")
@@ -235,9 +261,11 @@ def _print_result(result):
         print(
             f"Test split ({evaluation.num_sentences} pairs): masked token accuracy "
             f"{100 * evaluation.masked_accuracy:.2f}%, exact match "
-            f"{100 * evaluation.exact_match:.2f}%, BLEU {evaluation.bleu:.2f}"
+            f"{100 * evaluation.exact_match:.2f}%, BLEU {evaluation.bleu:.2f} "
+            f"(lower-cased {evaluation.bleu_lowercase:.2f})"
         )
-        print(f"BLEU signature: {evaluation.bleu_signature} (on normalized text)")
+        print(f"BLEU signatures: {evaluation.bleu_signature}; "
+              f"{evaluation.bleu_lowercase_signature}")
     if result.examples:
         print("Examples:")
         for source, reference, translation in result.examples:

@@ -20,20 +20,23 @@ Choices, all fixed so that the same text always gives the same model bytes:
   rewrites compatibility characters ("…" -> "...", "²" -> "2", "º" -> "o";
   8 of its 26,349 English lines). Pass `normalization="identity"` to keep
   every character as it is.
-- `byte_fallback=True`: a character outside the vocabulary becomes its UTF-8
-  bytes (`<0xF0> <0x9F> <0x98> <0x80>` for 😀) instead of `[UNK]`, so it
-  survives a round trip. `character_coverage=0.9995` (SentencePiece's
-  default) leaves the rarest characters to bytes instead of spending pieces
-  on them.
+- `character_coverage=1.0`: every character of the training text gets a
+  piece; a character never seen in training becomes `[UNK]` (shown as
+  " ⁇ "). The in-graph tokenizer (below) has no byte fallback, so the
+  models are learnt without it.
 - `num_threads=1`: the EM steps of the unigram trainer sum per-thread
   statistics, so the model depends on the number of threads (not on the
   machine); one thread is also the fastest on a busy 2-core machine.
 - Ids 0-3 are `[PAD] [UNK] [START] [END]` (`transformer.constants`).
 
 Learning needs the `sentencepiece` package; the tokenizer itself runs
-`tensorflow_text.SentencepieceTokenizer`, whose resource holds the serialized
-model in the graph, so a saved tokenizer (or a translator exported with it)
-loads with only `tensorflow` and `tensorflow_text`:
+`tensorflow_text.FastSentencepieceTokenizer`, which holds the model as a
+constant tensor of the graph, so a saved tokenizer (or a translator exported
+with it) loads with only `tensorflow` and `tensorflow_text`. (The older
+`tensorflow_text.SentencepieceTokenizer` keeps its model in a resource owned
+by an op kernel: TensorFlow frees it whenever it clears its kernel cache, as
+`tf.random.set_seed` and `keras.utils.set_random_seed` do, and the tokenizer
+then fails with "Resource ... does not exist".)
 
 ```python
 proto = learn_sentencepiece_model(english_sentences, vocab_size=8000)
@@ -47,7 +50,6 @@ tokenizer.detokenize(tokenizer.tokenize(tf.constant(["Move files to the Trash…
 from __future__ import annotations
 
 import collections
-import hashlib
 import io
 import logging
 import os
@@ -76,7 +78,7 @@ MODEL_TYPES = ("unigram", "bpe", "char", "word")
 NORMALIZATIONS = ("nmt_nfkc", "identity", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 DEFAULT_MODEL_TYPE = "unigram"
 DEFAULT_NORMALIZATION = "nmt_nfkc"
-DEFAULT_CHARACTER_COVERAGE = 0.9995
+DEFAULT_CHARACTER_COVERAGE = 1.0
 UNK_SURFACE = "[UNK]"
 
 _ID_DTYPES = (tf.int64, tf.int32)
@@ -93,7 +95,7 @@ def learn_sentencepiece_model(
     model_type: str = DEFAULT_MODEL_TYPE,
     character_coverage: float = DEFAULT_CHARACTER_COVERAGE,
     normalization: str = DEFAULT_NORMALIZATION,
-    byte_fallback: bool = True,
+    byte_fallback: bool = False,
     num_threads: int = 1,
     extra_options: dict | None = None,
 ) -> bytes:
@@ -225,8 +227,8 @@ def write_sentencepiece_files(model_proto: bytes, directory, stem: str) -> Sente
 class SentencePieceTokenizer(tf.Module):
     """A SentencePiece tokenizer with the interface of `SubwordTokenizer`.
 
-    Wraps `tensorflow_text.SentencepieceTokenizer`, which adds `[START]` and
-    `[END]` itself (they are the model's BOS and EOS pieces). All methods are
+    Wraps `tensorflow_text.FastSentencepieceTokenizer` and frames every
+    sentence with `[START]` and `[END]` (the model's BOS and EOS pieces). All methods are
     `tf.function`s traced for fixed signatures, so they survive
     `tf.saved_model.save` and work on the reloaded object without this class
     or the `sentencepiece` package. Decoding is exact up to normalisation:
@@ -259,22 +261,22 @@ class SentencePieceTokenizer(tf.Module):
         if not Path(vocab_path).is_file():
             raise DataError(f"{vocab_path}: missing vocabulary file beside {model_path}.")
         model = Path(model_path).read_bytes()
-        # tensorflow_text's model resource is owned by its kernel and found by
-        # node name: in a reloaded SavedModel, two tokenizers under the same
-        # name would both use one of the two models. A name made from the
-        # model's bytes keeps different models apart, across SavedModels too.
-        name = "sentencepiece_" + hashlib.sha256(model).hexdigest()[:16]
-        self.tokenizer = text.SentencepieceTokenizer(
-            model=model, out_type=tf.int32, add_bos=True, add_eos=True, name=name
-        )
+        # No kernel-owned resource (see the module docstring): the model is a
+        # constant of every traced function.
+        self.tokenizer = text.FastSentencepieceTokenizer(model)
+        pieces = [line.split("\t", 1)[0] for line in _read_lines(vocab_path)]
         reserved_tokens = list(reserved_tokens)
-        found = self.tokenizer.id_to_string(tf.range(len(reserved_tokens))).numpy()
-        found = [piece.decode("utf-8") for piece in found]
-        if found != reserved_tokens:
+        if pieces[: len(reserved_tokens)] != reserved_tokens:
             raise DataError(
                 f"{model_path}: pieces 0-{len(reserved_tokens) - 1} must be the reserved tokens "
-                f"{reserved_tokens}, found {found}."
+                f"{reserved_tokens}, found {pieces[: len(reserved_tokens)]}."
             )
+        if len(pieces) != int(self.tokenizer.vocab_size()):
+            raise DataError(
+                f"{vocab_path}: {len(pieces)} pieces, but the model {model_path} has "
+                f"{int(self.tokenizer.vocab_size())}."
+            )
+        self._pieces = tf.constant(pieces)
         self._reserved_tokens = reserved_tokens
         self._model_path = tf.saved_model.Asset(model_path)
         self._vocab_path = tf.saved_model.Asset(vocab_path)
@@ -307,17 +309,20 @@ class SentencePieceTokenizer(tf.Module):
             An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
             `[START, ..., END]`; an empty sentence gives `[START, END]`.
         """
-        ids = self.tokenizer.tokenize(strings)  # (batch, (tokens + 2)) int32
-        return tf.cast(ids, tf.int64)
+        ids = tf.cast(self.tokenizer.tokenize(strings), tf.int64)  # (batch, (tokens))
+        batch = tf.shape(strings, out_type=tf.int64)[:1]
+        start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
+        end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
+        framed = tf.concat([start, ids, end], axis=1)  # (batch, (tokens + 2))
+        return framed.with_row_splits_dtype(tf.int64)
 
     @tf.function
     def detokenize(self, tokens):
         """Turns ids back into text, with its original spacing and case.
 
         Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
-        and `[END]` are dropped. `[UNK]` shows as "[UNK]"; ids outside the
-        vocabulary count as `[UNK]`. Byte pieces that do not form valid UTF-8
-        become U+FFFD.
+        and `[END]` are dropped. `[UNK]` shows as " ⁇ "; ids outside the
+        vocabulary count as `[UNK]`, which shows as " ⁇ ".
 
         Args:
             tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
@@ -345,15 +350,15 @@ class SentencePieceTokenizer(tf.Module):
             Strings of the same shape and kind (dense or ragged), e.g.
             `[[b"[START]", b"\\xe2\\x96\\x81The", b"[END]"]]` ("▁The").
         """
-        ids = tf.cast(self._valid_ids(token_ids), tf.int32)
+        ids = self._valid_ids(token_ids)
         if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self.tokenizer.id_to_string, ids)
-        return self.tokenizer.id_to_string(ids)
+            return tf.ragged.map_flat_values(lambda v: tf.gather(self._pieces, v), ids)
+        return tf.gather(self._pieces, ids)
 
     @tf.function
     def get_vocab_size(self):
         """Returns the number of pieces, a scalar int32 tensor."""
-        return self.tokenizer.vocab_size()
+        return tf.size(self._pieces)
 
     @tf.function
     def get_vocab_path(self):
@@ -373,7 +378,7 @@ class SentencePieceTokenizer(tf.Module):
     def _valid_ids(self, token_ids):
         """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
         ids = tf.cast(token_ids, tf.int64)
-        size = tf.cast(self.tokenizer.vocab_size(), tf.int64)
+        size = tf.size(self._pieces, out_type=tf.int64)
 
         def clip(values):
             return tf.where((values < 0) | (values >= size), tf.constant(UNK_ID, tf.int64), values)
@@ -381,3 +386,7 @@ class SentencePieceTokenizer(tf.Module):
         if isinstance(ids, tf.RaggedTensor):
             return tf.ragged.map_flat_values(clip, ids)
         return clip(ids)
+
+
+def _read_lines(path) -> list[str]:
+    return Path(path).read_text(encoding="utf-8").splitlines()

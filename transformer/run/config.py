@@ -9,14 +9,16 @@ from typing import Any
 from transformer import rundir
 from transformer._validation import check_positive_int
 from transformer.data.loading import DATASETS
+from transformer.data.tokenizers import TOKENIZER_KINDS
 from transformer.model import PRESETS, TransformerConfig
 from transformer.run.distribute import STRATEGIES
 from transformer.run.precision import PRECISIONS
 from transformer.training import check_label_smoothing
 
 DEFAULT_RUNS_DIR = "runs"
-# The version of the config.json layout, written next to the settings.
-CONFIG_FORMAT_VERSION = 1
+# The version of the config.json layout, written next to the settings. Version 2
+# added `tokenizer`, `batch_tokens` and `eval_beam_size`.
+CONFIG_FORMAT_VERSION = 2
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -29,6 +31,7 @@ RESUMABLE_FIELDS = frozenset(
         "cpu_devices",
         "jit_compile",
         "eval_batch_size",
+        "eval_beam_size",
         "num_examples",
         "output_dir",
         "download",
@@ -40,21 +43,77 @@ RESUMABLE_FIELDS = frozenset(
 # The defaults that depend on the data, in one place. The toy corpus is small
 # and regular: the `toy` model learns it in four passes (1252 steps of 64
 # pairs) with a short warm-up; three passes gave 96.4-98.8% exact match on its
-# test split over seeds 0-2, four leave a margin above 95%. Real corpora get
-# the tutorial's model and the paper's 4000 warm-up steps.
-TOY_DEFAULTS = {"preset": "toy", "epochs": 4, "warmup_steps": 400}
-CORPUS_DEFAULTS = {"preset": "tutorial", "epochs": 20, "warmup_steps": 4000}
+# test split over seeds 0-2, four leave a margin above 95%; its batches are
+# `batch_size` pairs. Real corpora get the tutorial's model; their epochs,
+# warm-up and token budget per batch are sized from the corpus when the run
+# reads it (`size_training`). Both use SentencePiece, so that translations
+# keep case, accents and punctuation.
+TOY_DEFAULTS = {
+    "preset": "toy", "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
+    "batch_tokens": 0,
+}
+CORPUS_DEFAULTS = {"preset": "tutorial", "tokenizer": "sentencepiece"}
+
+# Sizing a real corpus's run (`size_training`): enough passes to see about
+# TARGET_PAIRS_SEEN sentence pairs (between MIN_EPOCHS and MAX_EPOCHS), and a
+# warm-up of WARMUP_FRACTION of the run's updates (at most the paper's 4000):
+# the paper's 4000 steps are longer than a short run, whose learning rate
+# would otherwise never reach its peak.
+TARGET_PAIRS_SEEN = 200_000
+MIN_EPOCHS, MAX_EPOCHS = 2, 20
+WARMUP_FRACTION = 0.2
+PAPER_WARMUP_STEPS = 4000
 
 
 def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
-    """`preset`, `epochs` and `warmup_steps` for a dataset when not given.
+    """The settings that depend on the dataset, when not given.
 
     Example:
 
-    >>> dataset_defaults("toy")
-    {'preset': 'toy', 'epochs': 4, 'warmup_steps': 400}
+    >>> dataset_defaults("toy")["epochs"]
+    4
     """
     return dict(TOY_DEFAULTS if data is None and dataset == "toy" else CORPUS_DEFAULTS)
+
+
+def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config: RunConfig) -> dict:
+    """The run's `epochs` and `batch_tokens` where they are None.
+
+    Args:
+        num_pairs: training pairs.
+        mean_tokens: mean padded length of a pair (tokens of its longer side).
+        config: the run's settings; given values are kept.
+
+    Returns:
+        The values to set (only those that were None).
+
+    Example:
+
+    >>> config = RunConfig(data="pairs.tsv", test="t.tsv")  # doctest: +SKIP
+    >>> size_epochs_and_batches(26_000, 9.0, config)  # doctest: +SKIP
+    {'epochs': 8, 'batch_tokens': 576}
+    """
+    sized = {}
+    if config.epochs is None:
+        epochs = round(TARGET_PAIRS_SEEN / max(num_pairs, 1))
+        sized["epochs"] = min(MAX_EPOCHS, max(MIN_EPOCHS, epochs))
+    if config.batch_tokens is None:
+        # As many real tokens per update as `batch_size` pairs of mean length,
+        # without the padding (one device; a distributed run splits fixed batches).
+        single = config.strategy == "default"
+        sized["batch_tokens"] = max(1, round(config.batch_size * mean_tokens)) if single else 0
+    return sized
+
+
+def size_warmup(total_steps: int) -> int:
+    """`WARMUP_FRACTION` of the run's updates, at most the paper's 4000.
+
+    Example:
+
+    >>> size_warmup(3000), size_warmup(100_000)
+    (600, 4000)
+    """
+    return min(PAPER_WARMUP_STEPS, max(1, round(WARMUP_FRACTION * total_steps)))
 
 
 @dataclasses.dataclass
@@ -73,7 +132,11 @@ class RunConfig:
         max_tokens: longest source in tokens (longer pairs are trimmed, keeping
             `[END]`); None means the model's `max_length`.
         vocab_size: the largest subword vocabulary per language.
-        lower_case: lower-case text and strip accents before tokenizing.
+        tokenizer: `"sentencepiece"` (reversible: translations keep case,
+            accents and punctuation) or `"wordpiece"` (the tutorial's
+            `BertTokenizer`: lower-cases, strips accents, splits punctuation).
+        lower_case: lower-case text (and, for WordPiece, strip accents) before
+            tokenizing; None means True for WordPiece, False for SentencePiece.
 
     Model:
         preset: a name of `transformer.model.PRESETS`; by default `toy` for
@@ -82,10 +145,16 @@ class RunConfig:
 
     Training:
         batch_size: global batch size (split across replicas).
-        epochs: epochs to train (default: `dataset_defaults`).
+        epochs: epochs to train (default: `dataset_defaults`, or sized from
+            the corpus by `size_training`).
         steps_per_epoch: updates per epoch; None means one pass over the
             training pairs. `config.json` stores the resolved number.
-        warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`).
+        batch_tokens: the most (padded) tokens per batch and side: pairs of
+            about equal length are batched together (section 5.1), so almost
+            no padding is computed; 0 means batches of `batch_size` pairs.
+            None: sized by `size_training`.
+        warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`,
+            or sized from the run's length by `size_training`).
         label_smoothing: `eps` of section 5.4 (0.1 in the paper).
         seed: fixes the corpus, the tokenizers, the initial weights and the
             data order.
@@ -123,7 +192,8 @@ class RunConfig:
     tfds_data_dir: str | None = None
     max_tokens: int | None = None
     vocab_size: int = 8000
-    lower_case: bool = True
+    tokenizer: str | None = None
+    lower_case: bool | None = None
     # Model.
     preset: str | None = None
     model: TransformerConfig | None = None
@@ -131,6 +201,7 @@ class RunConfig:
     batch_size: int = 64
     epochs: int | None = None
     steps_per_epoch: int | None = None
+    batch_tokens: int | None = None
     warmup_steps: int | None = None
     label_smoothing: float = 0.1
     seed: int = 0
@@ -142,12 +213,15 @@ class RunConfig:
     cpu_devices: int | None = None
     # Evaluation.
     eval_batch_size: int = 128
+    eval_beam_size: int = 1
     num_examples: int = 5
 
     def __post_init__(self):
         for name, value in dataset_defaults(self.dataset, self.data).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        if self.lower_case is None:
+            self.lower_case = self.tokenizer == "wordpiece"
         if self.model is None:
             self.model = TransformerConfig.from_preset(self.preset)
         elif isinstance(self.model, dict):
@@ -190,6 +264,10 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
+        if data.get("format_version", 1) < 2:
+            # Written before the tokenizer and batching choices existed: the
+            # run used WordPiece and batches of `batch_size` pairs.
+            data = {"tokenizer": "wordpiece", "batch_tokens": 0, **data}
         # Information written next to the settings (vocabulary sizes, ...).
         data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
         unknown = sorted(set(data) - known)
@@ -272,16 +350,20 @@ def _check_choices(config: RunConfig) -> None:
     _check_choice("preset", config.preset, list(PRESETS))
     _check_choice("precision", config.precision, PRECISIONS)
     _check_choice("strategy", config.strategy, STRATEGIES)
+    _check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
 
 
 def _check_numbers(config: RunConfig) -> None:
     """Counts, columns and `label_smoothing`."""
-    for name in ("batch_size", "epochs", "warmup_steps", "vocab_size", "checkpoint_every",
-                 "eval_batch_size"):
+    for name in ("batch_size", "vocab_size", "checkpoint_every", "eval_batch_size",
+                 "eval_beam_size"):
         check_positive_int(name, getattr(config, name))
-    for name in ("steps_per_epoch", "cpu_devices"):
+    # None: sized from the corpus once it is read.
+    for name in ("steps_per_epoch", "cpu_devices", "epochs", "warmup_steps"):
         if getattr(config, name) is not None:
             check_positive_int(name, getattr(config, name))
+    if config.batch_tokens is not None:
+        _check_non_negative("batch_tokens", config.batch_tokens)
     for name in ("source_column", "target_column", "num_examples", "seed"):
         _check_non_negative(name, getattr(config, name))
     check_label_smoothing(config.label_smoothing)

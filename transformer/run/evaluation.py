@@ -38,9 +38,12 @@ def normalize_text(text: str, lower_case: bool = True) -> str:
 _WORDS_AND_PUNCTUATION = re.compile(r"\w+|[^\w\s]")
 
 
-def translate_all(model, tokenizers, sentences, batch_size=128, max_length=64) -> list[str]:
-    """Translates sentences greedily with `transformer.translate.Translator` (cached
-    decoding), in batches of sentences of similar length.
+def translate_all(
+    model, tokenizers, sentences, batch_size=128, max_length=64, beam_size=1
+) -> list[str]:
+    """Translates sentences with `transformer.translate.Translator` (cached
+    decoding; at most input length + 50 tokens each), in batches of sentences
+    of similar length.
 
     Args:
         model: a `Transformer`.
@@ -48,6 +51,8 @@ def translate_all(model, tokenizers, sentences, batch_size=128, max_length=64) -
         sentences: the source sentences.
         batch_size: sentences per batch.
         max_length: the most output tokens, `[END]` included.
+        beam_size: 1 for greedy decoding; more for the paper's beam search
+            (length penalty alpha 0.6).
 
     Returns:
         The translations, in the order of `sentences`.
@@ -57,7 +62,9 @@ def translate_all(model, tokenizers, sentences, batch_size=128, max_length=64) -
     texts = [""] * len(sentences)
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
-        results = translator([sentences[i] for i in indices], return_attention=False)
+        results = translator(
+            [sentences[i] for i in indices], beam_size=beam_size, return_attention=False
+        )
         for index, result in zip(indices, results, strict=True):
             texts[index] = result.text
     return texts
@@ -71,13 +78,16 @@ class Evaluation:
         masked_accuracy: share of non-padding target tokens predicted right
             with teacher forcing (over all tokens, not averaged per batch).
         loss: masked cross-entropy with teacher forcing (no label smoothing).
-        exact_match: share of sentences whose greedy translation equals the
+        exact_match: share of sentences whose translation equals the
             reference, both in `normalize_text` form.
-        bleu: sacrebleu's corpus BLEU of the greedy translations, on the
-            `normalize_text` forms.
+        bleu: sacrebleu's corpus BLEU with its standard settings (cased, 13a
+            tokenization) of the translations against the raw references.
         bleu_signature: sacrebleu's signature of that score.
+        bleu_lowercase: the same, lower-cased (`lc` in its signature).
+        bleu_lowercase_signature: its signature.
         num_sentences: how many pairs were evaluated.
-        translations: the greedy translations, in the order of the pairs.
+        beam_size: the decoding: 1 greedy, more beam search.
+        translations: the translations, in the order of the pairs.
     """
 
     masked_accuracy: float
@@ -85,17 +95,22 @@ class Evaluation:
     exact_match: float
     bleu: float
     bleu_signature: str
+    bleu_lowercase: float
+    bleu_lowercase_signature: str
     num_sentences: int
+    beam_size: int = 1
     translations: list[str] = dataclasses.field(repr=False, default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.pop("translations")
-        data["bleu_text"] = "normalized: lower-cased, accents stripped, punctuation split"
+        data["bleu_text"] = "the translations as printed against the raw references"
         return data
 
 
-def evaluate(model, tokenizers, pairs, *, batch_size=128, max_tokens=None, lower_case=True):
+def evaluate(
+    model, tokenizers, pairs, *, batch_size=128, max_tokens=None, lower_case=True, beam_size=1
+):
     """Masked token accuracy, sentence exact match and corpus BLEU on `pairs`.
 
     Args:
@@ -105,8 +120,9 @@ def evaluate(model, tokenizers, pairs, *, batch_size=128, max_tokens=None, lower
         batch_size: sentences per batch.
         max_tokens: longest source and output in tokens; the model's
             `max_length` by default.
-        lower_case: whether the tokenizers lower-case (references are
-            normalized the same way).
+        lower_case: whether the tokenizers lower-case (for the exact match,
+            references are normalized the same way).
+        beam_size: 1 for greedy decoding, more for beam search.
 
     Returns:
         An `Evaluation`.
@@ -133,19 +149,24 @@ def evaluate(model, tokenizers, pairs, *, batch_size=128, max_tokens=None, lower
         total += float(tf.reduce_sum(mask))
 
     translations = translate_all(
-        model, tokenizers, [source for source, _ in pairs], batch_size, max_length=max_tokens
+        model, tokenizers, [source for source, _ in pairs], batch_size, max_length=max_tokens,
+        beam_size=beam_size,
     )
-    hypotheses = [normalize_text(text, lower_case) for text in translations]
-    references = [normalize_text(reference, lower_case) for _, reference in pairs]
-    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(pairs)
-    bleu = sacrebleu.BLEU()
-    score = bleu.corpus_score(hypotheses, [references])
+    references = [reference for _, reference in pairs]
+    exact = sum(
+        normalize_text(h, lower_case) == normalize_text(r, lower_case)
+        for h, r in zip(translations, references, strict=True)
+    ) / len(pairs)
+    cased, lowercase = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True)
     return Evaluation(
         masked_accuracy=correct / max(total, 1.0),
         loss=loss_sum / max(total, 1.0),
         exact_match=exact,
-        bleu=float(score.score),
-        bleu_signature=str(bleu.get_signature()),
+        bleu=float(cased.corpus_score(translations, [references]).score),
+        bleu_signature=str(cased.get_signature()),
+        bleu_lowercase=float(lowercase.corpus_score(translations, [references]).score),
+        bleu_lowercase_signature=str(lowercase.get_signature()),
         num_sentences=len(pairs),
+        beam_size=beam_size,
         translations=translations,
     )

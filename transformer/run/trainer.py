@@ -24,7 +24,14 @@ import numpy as np
 import tensorflow as tf
 
 from transformer import rundir
-from transformer.data.batching import TokenizedPairs, batches_from_tokens, tokenize_pairs
+from transformer.data.batching import (
+    TokenizedPairs,
+    batches_from_tokens,
+    batches_per_pass,
+    budget_batches_from_tokens,
+    pair_lengths,
+    tokenize_pairs,
+)
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
@@ -37,7 +44,12 @@ from transformer.run.callbacks import (
     TrainingError,
     optimizer_step,
 )
-from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
+from transformer.run.config import (
+    CONFIG_FORMAT_VERSION,
+    RunConfig,
+    size_epochs_and_batches,
+    size_warmup,
+)
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.multiworker import multi_worker_fit_workaround
@@ -264,8 +276,7 @@ def _load_data(session: _Session) -> _Data:
     tokenizers = _tokenizers(session, corpus)
     max_tokens = config.resolved_max_tokens
     train_tokens = tokenize_pairs(corpus.train, tokenizers, max_tokens)
-    steps_per_epoch = config.steps_per_epoch or math.ceil(len(train_tokens) / config.batch_size)
-    session.config = dataclasses.replace(config, steps_per_epoch=steps_per_epoch)
+    session.config = config = _sized(config, train_tokens)
     data = _Data(
         corpus=corpus,
         tokenizers=tokenizers,
@@ -307,12 +318,13 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
             checkpoint.restore(latest).assert_existing_objects_matched()
     initial_step = optimizer_step(model.optimizer)
     logger.info(
-        "Model: %s, %s parameters, %s precision; %d steps per epoch of %d pairs.",
+        "Model: %s, %s parameters, %s precision; %d steps per epoch of %s.",
         ", ".join(f"{k}={v}" for k, v in config.model.to_dict().items()),
         f"{model.count_params():,}",
         config.precision,
         config.steps_per_epoch,
-        config.batch_size,
+        f"at most {config.batch_tokens} tokens" if config.batch_tokens
+        else f"{config.batch_size} pairs",
     )
     if session.resuming and initial_step < config.epochs * config.steps_per_epoch:
         epoch, batch = divmod(initial_step, config.steps_per_epoch)
@@ -371,6 +383,7 @@ def _evaluate(session: _Session, data: _Data, model) -> tuple[Evaluation | None,
         batch_size=config.eval_batch_size,
         max_tokens=config.resolved_max_tokens,
         lower_case=config.lower_case,
+        beam_size=config.eval_beam_size,
     )
     logger.info("Evaluated %d test pairs in %.0f s.", len(test), time.perf_counter() - eval_started)
     examples = [
@@ -417,10 +430,35 @@ def _tokenizers(session: _Session, corpus: Corpus):
     if session.resuming and tokenizers_dir.is_dir():
         return load_tokenizers(tokenizers_dir)
     config = session.config
-    tokenizers = build_tokenizers(corpus.train, config.vocab_size, config.lower_case)
+    tokenizers = build_tokenizers(
+        corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer
+    )
     if session.chief:
         _save_tokenizers(tokenizers, tokenizers_dir)
     return tokenizers
+
+
+def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
+    """The config with `epochs`, `batch_tokens`, `steps_per_epoch` and
+    `warmup_steps` resolved from the corpus where they were None."""
+    lengths = pair_lengths(train_tokens)
+    config = dataclasses.replace(
+        config, **size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
+    )
+    steps_per_epoch = config.steps_per_epoch
+    if steps_per_epoch is None and config.batch_tokens:
+        steps_per_epoch = batches_per_pass(train_tokens, config.batch_tokens, config.seed)
+    elif steps_per_epoch is None:
+        steps_per_epoch = math.ceil(len(lengths) / config.batch_size)
+    config = dataclasses.replace(config, steps_per_epoch=steps_per_epoch)
+    if config.warmup_steps is None:
+        warmup = size_warmup(config.epochs * steps_per_epoch)
+        config = dataclasses.replace(config, warmup_steps=warmup)
+        logger.info("Sized from the corpus: %d epochs of %d steps, %d warm-up steps%s.",
+                    config.epochs, steps_per_epoch, warmup,
+                    f", batches of at most {config.batch_tokens} tokens"
+                    if config.batch_tokens else "")
+    return config
 
 
 def _write_config(session: _Session, data: _Data) -> None:
@@ -443,8 +481,10 @@ def _sharding_options() -> tf.data.Options:
 
 def _train_stream(tokens: TokenizedPairs, config: RunConfig, start_step: int) -> tf.data.Dataset:
     """One seeded stream of shuffled passes over the training pairs; resuming skips what was seen."""
-    stream = batches_from_tokens(tokens, config.batch_size, True, config.seed)
-    stream = stream.repeat()
+    if config.batch_tokens:
+        stream = budget_batches_from_tokens(tokens, config.batch_tokens, config.seed)
+    else:
+        stream = batches_from_tokens(tokens, config.batch_size, True, config.seed).repeat()
     if start_step:
         stream = stream.skip(start_step)
     return stream.with_options(_sharding_options())
