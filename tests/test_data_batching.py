@@ -9,7 +9,14 @@ import pytest
 import tensorflow as tf
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.data.batching import batches_from_tokens, make_batches, tokenize_pairs
+from transformer.data.batching import (
+    batches_from_tokens,
+    batches_per_pass,
+    budget_batches_from_tokens,
+    make_batches,
+    token_budget_batches,
+    tokenize_pairs,
+)
 from transformer.data.corpus import DataError
 from transformer.data.tokenizers import build_tokenizers
 from transformer.data.toy import generate_toy_corpus
@@ -151,3 +158,51 @@ def test_bad_arguments(corpus, tokenizers, tokenized):
         batches_from_tokens(tokenized, batch_size=0)
     with pytest.raises(DataError, match="empty"):
         make_batches([], tokenizers, batch_size=8, max_tokens=16)
+
+
+def test_token_budget_batches_cover_every_pair_once_within_the_budget():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 40, size=2000)
+    budget = 256
+    batches = token_budget_batches(lengths, budget, seed=1, pass_index=0)
+    indices = np.concatenate(batches)
+    assert sorted(indices.tolist()) == list(range(2000))  # each pair exactly once
+    for batch in batches:
+        assert lengths[batch].max() * len(batch) <= budget or len(batch) == 1
+    # Almost no padding: within a batch the lengths are close.
+    padded = sum(lengths[b].max() * len(b) for b in batches)
+    assert lengths.sum() / padded > 0.9
+    # Seeded: the same pass is the same; another pass or seed is another order.
+    again = token_budget_batches(lengths, budget, seed=1, pass_index=0)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    other = token_budget_batches(lengths, budget, seed=1, pass_index=1)
+    assert not all(np.array_equal(a, b) for a, b in zip(batches, other, strict=False))
+
+
+def test_a_pair_longer_than_the_budget_gets_a_batch_of_its_own():
+    batches = token_budget_batches(np.array([5, 50, 5, 5]), 20, seed=0, pass_index=0)
+    assert [0, 1, 2, 3] == sorted(np.concatenate(batches).tolist())
+    assert [1] in [b.tolist() for b in batches]
+
+
+def test_budget_stream_is_seeded_endless_and_well_formed(tokenized):
+    budget = 200
+    stream = budget_batches_from_tokens(tokenized, budget, seed=3)
+    first = [(c.numpy(), x.numpy(), y.numpy()) for (c, x), y in stream.take(12)]
+    again = [(c.numpy(), x.numpy(), y.numpy()) for (c, x), y in
+             budget_batches_from_tokens(tokenized, budget, seed=3).take(12)]
+    for (c1, x1, y1), (c2, x2, y2) in zip(first, again, strict=True):
+        np.testing.assert_array_equal(c1, c2)
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    # Skipping resumes the same stream (what a resumed run does).
+    skipped = next(iter(budget_batches_from_tokens(tokenized, budget, seed=3).skip(5)))
+    np.testing.assert_array_equal(skipped[1].numpy(), first[5][2])
+    for context, x, labels in first:
+        assert max(context.size, x.size) <= budget or context.shape[0] == 1
+        assert (x[:, 0] == START_ID).all() and x.shape == labels.shape
+    steps = batches_per_pass(tokenized, budget, seed=3)
+    pairs = sum(c.shape[0] for c, _, _ in
+                [(c.numpy(), x, y) for (c, x), y in
+                 budget_batches_from_tokens(tokenized, budget, seed=3).take(steps)])
+    assert pairs == len(tokenized)  # the first `steps` batches are one pass

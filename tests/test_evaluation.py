@@ -57,12 +57,13 @@ NORMALISED_HYPOTHESES = [
 ]
 
 
-def normalise(text):
+def normalise(text, lower_case=True):
     """The documented comparison form, written independently of `normalize_text`."""
-    text = "".join(
-        ch for ch in unicodedata.normalize("NFD", text.lower())
-        if not unicodedata.combining(ch)
-    )
+    if lower_case:
+        text = "".join(
+            ch for ch in unicodedata.normalize("NFD", text.lower())
+            if not unicodedata.combining(ch)
+        )
     text = re.sub(r"([^\w\s])", r" \1 ", text)
     return " ".join(text.split())
 
@@ -145,7 +146,8 @@ def test_evaluate_values_with_chosen_translations(tiny_run, translator, monkeypa
     hypotheses = {source: hypothesis for source, _, hypothesis in STUBBED}
     calls = []
 
-    def chosen_translations(model_, tokenizers_, sentences, batch_size_=128, max_length=64):
+    def chosen_translations(model_, tokenizers_, sentences, batch_size_=128, max_length=64,
+                            beam_size=1):
         calls.append(list(sentences))
         return [hypotheses[s] for s in sentences]
 
@@ -157,9 +159,19 @@ def test_evaluate_values_with_chosen_translations(tiny_run, translator, monkeypa
     assert result.num_sentences == 5
     # Pairs 1 and 2 are equal once normalised: 2 of 5.
     assert result.exact_match == pytest.approx(2 / 5)
+    # BLEU with sacrebleu's standard settings on the raw texts, cased and
+    # lower-cased (the by-hand BLEU of the raw texts, tokenized like 13a).
+    hypotheses_raw = [h for _, _, h in STUBBED]
+    references_raw = [r for _, r, _ in STUBBED]
     assert result.bleu == pytest.approx(
-        corpus_bleu_by_hand(NORMALISED_HYPOTHESES, NORMALISED_REFERENCES), rel=1e-6)
+        sacrebleu.corpus_bleu(hypotheses_raw, [references_raw]).score, rel=1e-9)
+    assert result.bleu_lowercase == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses_raw, [references_raw], lowercase=True).score, rel=1e-9)
+    swapped = sacrebleu.corpus_bleu(references_raw, [hypotheses_raw]).score
+    assert abs(result.bleu - swapped) > 1 and result.bleu_lowercase > result.bleu + 5
     assert "tok:13a" in result.bleu_signature and "nrefs:1" in result.bleu_signature
+    assert "case:mixed" in result.bleu_signature
+    assert "case:lc" in result.bleu_lowercase_signature
     # Loss and accuracy: over every target token of every pair, whatever the
     # batches (3: two batches, the first padded; 5: one padded batch).
     loss, accuracy = teacher_forced_by_hand(model, tokenizers, pairs, max_tokens)
@@ -178,13 +190,18 @@ def test_evaluation_of_the_tiny_run_is_its_own_translations_scored(
     # Its translations are the translator's greedy translations ...
     translations = [r.text for r in translator(sources, return_attention=False)]
     assert evaluation.translations == translations
-    # ... scored against the references in normalised form.
-    hypotheses = [normalise(t) for t in translations]
-    references = [normalise(r) for _, r in test_pairs]
+    # ... matched against the references in normalised form ...
+    lower_case = tiny_run.config.lower_case
+    hypotheses = [normalise(t, lower_case) for t in translations]
+    references = [normalise(r, lower_case) for _, r in test_pairs]
     assert evaluation.exact_match == pytest.approx(
         np.mean([h == r for h, r in zip(hypotheses, references, strict=True)]))
+    # ... and scored by BLEU as printed against the raw references.
+    raw_references = [r for _, r in test_pairs]
     assert evaluation.bleu == pytest.approx(
-        sacrebleu.corpus_bleu(hypotheses, [references]).score, rel=1e-9)
+        sacrebleu.corpus_bleu(translations, [raw_references]).score, rel=1e-9)
+    assert evaluation.bleu_lowercase == pytest.approx(
+        sacrebleu.corpus_bleu(translations, [raw_references], lowercase=True).score, rel=1e-9)
     loss, accuracy = teacher_forced_by_hand(
         translator.transformer, translator.tokenizers, test_pairs,
         tiny_run.config.resolved_max_tokens)

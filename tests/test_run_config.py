@@ -18,7 +18,7 @@ def test_run_config_round_trip_and_defaults():
     assert str(config.run_dir) == "runs/x"
     assert str(RunConfig().run_dir) == "runs/toy"
     real = RunConfig(data="corpora/por.tsv")
-    assert real.preset == CORPUS_DEFAULTS["preset"] and real.epochs == CORPUS_DEFAULTS["epochs"]
+    assert real.preset == CORPUS_DEFAULTS["preset"] and real.epochs is None  # sized later
     assert str(real.run_dir) == "runs/por"
     assert str(RunConfig(dataset="ted_hrlr_translate/pt_to_en").run_dir) == "runs/ted_hrlr_pt_to_en"
     assert RunConfig().resolved_max_tokens == PRESETS["toy"].max_length
@@ -56,3 +56,40 @@ def test_for_resume_allows_only_some_changes():
         saved.for_resume(d_model=32)
     with pytest.raises(ValueError, match="Cannot change `seed`"):
         saved.for_resume(seed=3)
+
+
+def test_real_corpora_are_sized_from_the_corpus():
+    from transformer.run.config import (
+        PAPER_WARMUP_STEPS,
+        RunConfig,
+        size_epochs_and_batches,
+        size_warmup,
+    )
+
+    config = RunConfig(dataset="ted_hrlr_translate/pt_to_en")
+    assert (config.epochs, config.warmup_steps, config.batch_tokens) == (None, None, None)
+    assert config.tokenizer == "sentencepiece" and config.lower_case is False
+    sized = size_epochs_and_batches(25_000, 9.0, config)
+    assert sized == {"epochs": 8, "batch_tokens": 576}  # 200,000 pairs seen; 64 x 9 tokens
+    assert size_epochs_and_batches(1_000_000, 9.0, config)["epochs"] == 2
+    assert size_epochs_and_batches(1_000, 9.0, config)["epochs"] == 20
+    mirrored = RunConfig(dataset="ted_hrlr_translate/pt_to_en", strategy="mirrored")
+    assert size_epochs_and_batches(25_000, 9.0, mirrored)["batch_tokens"] == 0
+    given = RunConfig(dataset="ted_hrlr_translate/pt_to_en", epochs=3, batch_tokens=0)
+    assert size_epochs_and_batches(25_000, 9.0, given) == {}
+    assert size_warmup(3000) == 600 and size_warmup(10**6) == PAPER_WARMUP_STEPS
+    toy = RunConfig()
+    assert (toy.epochs, toy.warmup_steps, toy.batch_tokens) == (4, 400, 0)
+
+
+def test_configs_written_before_the_tokenizer_choice_load_as_wordpiece():
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(dataset="ted_hrlr_translate/pt_to_en", epochs=2, warmup_steps=10,
+                      tokenizer="wordpiece").to_dict()
+    for key in ("tokenizer", "batch_tokens", "eval_beam_size"):
+        saved.pop(key)
+    saved["format_version"] = 1
+    saved["lower_case"] = True
+    old = RunConfig.from_dict(saved)
+    assert (old.tokenizer, old.batch_tokens, old.lower_case) == ("wordpiece", 0, True)

@@ -105,7 +105,7 @@ def learn_sentencepiece_model(
     same bytes (all sentences are used, none sampled, on a fixed number of
     threads). If `vocab_size` is more than the text supports (a unigram model
     of a small corpus), the largest size SentencePiece allows is used instead,
-    with a warning.
+    and logged.
 
     Args:
         sentences: the training text, one sentence per string.
@@ -184,9 +184,9 @@ def learn_sentencepiece_model(
         if not too_high:
             raise
         largest = int(too_high.group(2))
-    logger.warning(
-        "vocab_size=%d is too large for %d sentences of training text; "
-        "learning a %d-piece SentencePiece model instead.",
+    logger.info(
+        "vocab_size=%d is more than %d sentences of training text support; "
+        "learning a %d-piece SentencePiece model, the largest they allow.",
         vocab_size,
         len(sentences),
         largest,
