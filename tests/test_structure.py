@@ -200,3 +200,25 @@ def test_console_scripts_point_at_modules_with_main():
         assert module in modules, module
         tree = ast.parse(modules[module].read_text(encoding="utf-8"))
         assert function in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def test_attention_projections_are_called_only_inside_the_attention_layer():
+    """One decoder: nothing outside attention.py projects with `wq`/`wk`/`wv` itself."""
+    callers = []
+    for name, path in _modules().items():
+        if name == "transformer.attention":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("wq", "wk", "wv")):
+                callers.append(f"{_relative(path)}:{node.lineno}")
+    assert not callers
+
+
+def test_every_design_document_the_code_cites_exists():
+    cited = set()
+    for path in [*PACKAGE.rglob("*.py"), REPO / "README.md", *(REPO / "bench").glob("*.py")]:
+        cited |= set(re.findall(r"\b(docs/[\w./-]+\.md|DESIGN\.md)\b",
+                                path.read_text(encoding="utf-8")))
+    assert cited, "nothing cites the design document"
+    assert all((REPO / doc).is_file() for doc in cited), cited
