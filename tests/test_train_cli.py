@@ -70,7 +70,7 @@ def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, tmp_pat
     assert "Traceback" not in result.stderr
     stdout = result.stdout
     for text in ("Epoch 1/2 - step 5", "Epoch 2/2 - step 10", "learning_rate",
-                 "exact match", "BLEU signature: nrefs:1|", "Examples:", "Run directory"):
+                 "exact match", "BLEU signatures: nrefs:1|", "Examples:", "Run directory"):
         assert text in stdout, stdout
     assert len(stdout.splitlines()) < 60  # nothing scrolls
 

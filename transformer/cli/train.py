@@ -64,10 +64,8 @@ from transformer.run.config import (  # noqa: E402
     CORPUS_DEFAULTS,
     MAX_EPOCHS,
     MIN_EPOCHS,
-    PAPER_WARMUP_STEPS,
     TARGET_PAIRS_SEEN,
     TOY_DEFAULTS,
-    WARMUP_FRACTION,
     RunConfig,
     dataset_defaults,
 )
@@ -183,10 +181,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--warmup-steps", type=positive_int, metavar="N",
                        default=default(None),
                        help="learning-rate warm-up of the paper's schedule (default: "
-                       f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus; otherwise "
-                       f"{round(100 * WARMUP_FRACTION)}%% of the run's steps, at most the paper's "
-                       f"{PAPER_WARMUP_STEPS}: a warm-up longer than the run would never let "
-                       "the learning rate reach its peak)")
+                       f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper; a "
+                       "shorter warm-up also raises the schedule's peak)")
     group.add_argument("--label-smoothing", type=rate, metavar="EPS",
                        default=default(d.label_smoothing),
                        help=f"label smoothing, 0 for none (default: {d.label_smoothing})")

@@ -44,25 +44,25 @@ RESUMABLE_FIELDS = frozenset(
 # and regular: the `toy` model learns it in four passes (1252 steps of 64
 # pairs) with a short warm-up; three passes gave 96.4-98.8% exact match on its
 # test split over seeds 0-2, four leave a margin above 95%; its batches are
-# `batch_size` pairs. Real corpora get the tutorial's model; their epochs,
-# warm-up and token budget per batch are sized from the corpus when the run
-# reads it (`size_training`). Both use SentencePiece, so that translations
-# keep case, accents and punctuation.
+# `batch_size` pairs. Real corpora get the tutorial's model and the paper's
+# 4000 warm-up steps (a 300-step warm-up, whose peak learning rate the paper's
+# formula makes 3.7 times higher, made the tutorial-size model collapse on a
+# real corpus: BENCHMARKS.md); their epochs and token budget per batch are
+# sized from the corpus when the run reads it (`size_epochs_and_batches`).
+# Both use SentencePiece, so that translations keep case, accents and
+# punctuation.
 TOY_DEFAULTS = {
     "preset": "toy", "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
     "batch_tokens": 0,
 }
-CORPUS_DEFAULTS = {"preset": "tutorial", "tokenizer": "sentencepiece"}
+CORPUS_DEFAULTS = {"preset": "tutorial", "warmup_steps": 4000, "tokenizer": "sentencepiece"}
 
-# Sizing a real corpus's run (`size_training`): enough passes to see about
-# TARGET_PAIRS_SEEN sentence pairs (between MIN_EPOCHS and MAX_EPOCHS), and a
-# warm-up of WARMUP_FRACTION of the run's updates (at most the paper's 4000):
-# the paper's 4000 steps are longer than a short run, whose learning rate
-# would otherwise never reach its peak.
+# Sizing a real corpus's run (`size_epochs_and_batches`): enough passes to see
+# about TARGET_PAIRS_SEEN sentence pairs, between MIN_EPOCHS and MAX_EPOCHS
+# (8 epochs of a 25,000-pair corpus: about 3,200 updates, so the learning rate
+# gets near the peak that the 4000-step warm-up reaches).
 TARGET_PAIRS_SEEN = 200_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 20
-WARMUP_FRACTION = 0.2
-PAPER_WARMUP_STEPS = 4000
 
 
 def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
@@ -105,17 +105,6 @@ def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config: RunConfi
     return sized
 
 
-def size_warmup(total_steps: int) -> int:
-    """`WARMUP_FRACTION` of the run's updates, at most the paper's 4000.
-
-    Example:
-
-    >>> size_warmup(3000), size_warmup(100_000)
-    (600, 4000)
-    """
-    return min(PAPER_WARMUP_STEPS, max(1, round(WARMUP_FRACTION * total_steps)))
-
-
 @dataclasses.dataclass
 class RunConfig:
     """Everything that defines a training run; `config.json` holds `to_dict()`.
@@ -146,15 +135,14 @@ class RunConfig:
     Training:
         batch_size: global batch size (split across replicas).
         epochs: epochs to train (default: `dataset_defaults`, or sized from
-            the corpus by `size_training`).
+            the corpus by `size_epochs_and_batches`).
         steps_per_epoch: updates per epoch; None means one pass over the
             training pairs. `config.json` stores the resolved number.
         batch_tokens: the most (padded) tokens per batch and side: pairs of
             about equal length are batched together (section 5.1), so almost
             no padding is computed; 0 means batches of `batch_size` pairs.
-            None: sized by `size_training`.
-        warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`,
-            or sized from the run's length by `size_training`).
+            None: sized by `size_epochs_and_batches`.
+        warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`).
         label_smoothing: `eps` of section 5.4 (0.1 in the paper).
         seed: fixes the corpus, the tokenizers, the initial weights and the
             data order.
@@ -356,10 +344,10 @@ def _check_choices(config: RunConfig) -> None:
 def _check_numbers(config: RunConfig) -> None:
     """Counts, columns and `label_smoothing`."""
     for name in ("batch_size", "vocab_size", "checkpoint_every", "eval_batch_size",
-                 "eval_beam_size"):
+                 "eval_beam_size", "warmup_steps"):
         check_positive_int(name, getattr(config, name))
     # None: sized from the corpus once it is read.
-    for name in ("steps_per_epoch", "cpu_devices", "epochs", "warmup_steps"):
+    for name in ("steps_per_epoch", "cpu_devices", "epochs"):
         if getattr(config, name) is not None:
             check_positive_int(name, getattr(config, name))
     if config.batch_tokens is not None:

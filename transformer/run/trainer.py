@@ -48,7 +48,6 @@ from transformer.run.config import (
     CONFIG_FORMAT_VERSION,
     RunConfig,
     size_epochs_and_batches,
-    size_warmup,
 )
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
@@ -439,8 +438,8 @@ def _tokenizers(session: _Session, corpus: Corpus):
 
 
 def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
-    """The config with `epochs`, `batch_tokens`, `steps_per_epoch` and
-    `warmup_steps` resolved from the corpus where they were None."""
+    """The config with `epochs`, `batch_tokens` and `steps_per_epoch` resolved
+    from the corpus where they were None."""
     lengths = pair_lengths(train_tokens)
     config = dataclasses.replace(
         config, **size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
@@ -451,13 +450,9 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
     elif steps_per_epoch is None:
         steps_per_epoch = math.ceil(len(lengths) / config.batch_size)
     config = dataclasses.replace(config, steps_per_epoch=steps_per_epoch)
-    if config.warmup_steps is None:
-        warmup = size_warmup(config.epochs * steps_per_epoch)
-        config = dataclasses.replace(config, warmup_steps=warmup)
-        logger.info("Sized from the corpus: %d epochs of %d steps, %d warm-up steps%s.",
-                    config.epochs, steps_per_epoch, warmup,
-                    f", batches of at most {config.batch_tokens} tokens"
-                    if config.batch_tokens else "")
+    logger.info("%d epochs of %d steps%s.", config.epochs, steps_per_epoch,
+                f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
+                else f" of {config.batch_size} pairs")
     return config
 
 
@@ -588,8 +583,10 @@ def _check_resume(config: RunConfig, saved: RunConfig) -> RunConfig:
     """The saved config with the allowed changes of `config`; raises on the others."""
     changes = config.to_dict()
     changes.update(changes.pop("model"))
-    if config.steps_per_epoch is None:
-        changes.pop("steps_per_epoch")
+    # Fields sized from the corpus (None until then) take the saved values.
+    for name in ("steps_per_epoch", "epochs", "batch_tokens"):
+        if getattr(config, name) is None:
+            changes.pop(name)
     return saved.for_resume(**changes)
 
 
