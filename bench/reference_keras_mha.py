@@ -81,12 +81,12 @@ class RefAttention(keras.layers.Layer):
     `attention_mask` is in Keras's convention: True where attention IS allowed.
     """
 
-    def __init__(self, d_model, num_heads, dropout_rate, causal=False, **kwargs):
+    def __init__(self, d_model, num_heads, dropout_rate, causal=False, key_dim=None, **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
         self.causal = causal
         self.mha = keras.layers.MultiHeadAttention(
-            num_heads=num_heads, key_dim=d_model // num_heads, dtype=policy
+            num_heads=num_heads, key_dim=key_dim or d_model // num_heads, dtype=policy
         )
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
         self.add = keras.layers.Add(dtype=policy)
@@ -105,10 +105,12 @@ class RefAttention(keras.layers.Layer):
 
 
 class RefEncoderLayer(keras.layers.Layer):
-    def __init__(self, d_model, num_heads, dff, dropout_rate, **kwargs):
+    def __init__(self, d_model, num_heads, dff, dropout_rate, key_dim=None, **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
-        self.self_attention = RefAttention(d_model, num_heads, dropout_rate, dtype=policy)
+        self.self_attention = RefAttention(
+            d_model, num_heads, dropout_rate, key_dim=key_dim, dtype=policy
+        )
         self.ffn = RefFeedForward(d_model, dff, dropout_rate, dtype=policy)
 
     def call(self, x, mask, training=None):
@@ -117,13 +119,15 @@ class RefEncoderLayer(keras.layers.Layer):
 
 
 class RefDecoderLayer(keras.layers.Layer):
-    def __init__(self, d_model, num_heads, dff, dropout_rate, **kwargs):
+    def __init__(self, d_model, num_heads, dff, dropout_rate, key_dim=None, **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
         self.causal_self_attention = RefAttention(
-            d_model, num_heads, dropout_rate, causal=True, dtype=policy
+            d_model, num_heads, dropout_rate, causal=True, key_dim=key_dim, dtype=policy
         )
-        self.cross_attention = RefAttention(d_model, num_heads, dropout_rate, dtype=policy)
+        self.cross_attention = RefAttention(
+            d_model, num_heads, dropout_rate, key_dim=key_dim, dtype=policy
+        )
         self.ffn = RefFeedForward(d_model, dff, dropout_rate, dtype=policy)
 
     def call(self, x, context, self_mask, cross_mask, training=None):
@@ -135,7 +139,13 @@ class RefDecoderLayer(keras.layers.Layer):
 class KerasMHATransformer(keras.Model):
     """The reference Transformer; `call((context, x), training)` -> float32 logits.
 
-    Same constructor arguments and call contract as `transformer.Transformer`.
+    Same constructor arguments and call contract as `transformer.Transformer`,
+    plus `key_dim`: the per-head depth of every attention layer. None (the
+    default) is `d_model // num_heads`, the paper's and ours (equal math);
+    `key_dim=d_model` is the TensorFlow tutorial's, whose query/key/value
+    projections are then `num_heads` times wider (d_model -> num_heads *
+    d_model) and whose output projection maps `num_heads * d_model` back to
+    `d_model`.
     """
 
     def __init__(
@@ -148,10 +158,12 @@ class KerasMHATransformer(keras.Model):
         target_vocab_size,
         max_length=2048,
         dropout_rate=0.1,
+        key_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         policy = self.dtype_policy
+        self.key_dim = key_dim
         self.enc_embedding = RefPositionalEmbedding(
             input_vocab_size, d_model, max_length, dtype=policy
         )
@@ -161,11 +173,11 @@ class KerasMHATransformer(keras.Model):
         self.enc_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
         self.dec_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
         self.enc_layers = [
-            RefEncoderLayer(d_model, num_heads, dff, dropout_rate, dtype=policy)
+            RefEncoderLayer(d_model, num_heads, dff, dropout_rate, key_dim=key_dim, dtype=policy)
             for _ in range(num_layers)
         ]
         self.dec_layers = [
-            RefDecoderLayer(d_model, num_heads, dff, dropout_rate, dtype=policy)
+            RefDecoderLayer(d_model, num_heads, dff, dropout_rate, key_dim=key_dim, dtype=policy)
             for _ in range(num_layers)
         ]
         self.final_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="final_layer")
