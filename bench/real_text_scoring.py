@@ -31,7 +31,7 @@ def bleu_all_ways(hypotheses, references):
     """BLEU of raw detokenized hypotheses vs raw references, three ways, with signatures."""
     import sacrebleu
 
-    from transformer.training import normalize_text
+    from transformer.run.evaluation import normalize_text
 
     out = {}
     for name, lowercase in (("bleu_lc_13a", True), ("bleu_cased_13a", False)):
