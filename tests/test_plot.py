@@ -521,7 +521,8 @@ def test_training_curves_from_a_csv_log(tmp_path):
     )
     axes = main_axes(rendered(plot.plot_training_curves(path)))
     assert len(axes) == 3
-    np.testing.assert_array_equal(axes[0].get_lines()[0].get_xdata(), [0, 1])  # as written
+    # CSVLogger's epoch 0 is the log's "Epoch 1/N": the x-axis counts from 1.
+    np.testing.assert_array_equal(axes[0].get_lines()[0].get_xdata(), [1, 2])
     np.testing.assert_allclose(axes[1].get_lines()[1].get_ydata(), [0.12, 0.21])
 
 
