@@ -87,12 +87,12 @@ _ROLE_AXES = {
 
 
 def _axis_names(layer_name: str | None) -> tuple[str, str]:
-    """The words before "tokens (keys)" and "tokens (queries)": by role, else generic."""
+    """The axis captions of token labels: by role (section 3.2.3), else "keys", "queries"."""
     match = _LAYER_NAME.match(layer_name or "")
-    if match is None:
-        return "key", "query"
-    stack, _, block = match.groups()
-    return _ROLE_AXES.get((stack, block), ("key", "query"))
+    sides = _ROLE_AXES.get(match.groups()[::2]) if match else None
+    if sides is None:
+        return "keys", "queries"
+    return f"{sides[0]} tokens (keys)", f"{sides[1]} tokens (queries)"
 
 
 def _draw_attention(ax, weights, in_tokens, out_tokens, vmax, axis_labels=(True, True),
@@ -105,10 +105,9 @@ def _draw_attention(ax, weights, in_tokens, out_tokens, vmax, axis_labels=(True,
     _set_token_ticks(ax, out_tokens, num_q, "y")
     keys, queries = _axis_names(layer_name)
     if axis_labels[0]:
-        ax.set_xlabel(f"{keys} tokens (keys)" if in_tokens is not None else "key position")
+        ax.set_xlabel(keys if in_tokens is not None else "key position")
     if axis_labels[1]:
-        ax.set_ylabel(f"{queries} tokens (queries)" if out_tokens is not None
-                      else "query position")
+        ax.set_ylabel(queries if out_tokens is not None else "query position")
     return image
 
 
@@ -124,8 +123,9 @@ def plot_attention_head(
 ) -> Figure:
     """Plots the attention weights of one head, as in the tutorial.
 
-    Row `i` holds the softmax weights that output (query) token `i` gives to
-    each input (key) token (section 3.2.1); every row sums to 1.
+    Row `i` holds the softmax weights that query `i` gives to each key
+    (section 3.2.1); every row sums to 1. The axes are captioned "queries"
+    and "keys" (`plot_attention_weights` names their tokens by the layer's role).
 
     Args:
         in_tokens: the key tokens, labelling the x-axis (rotated); for
