@@ -7,7 +7,7 @@ before TensorFlow initialises)::
         [--lengths equal|unequal]
 
 It builds the strategy with `transformer.run.distribute.make_strategy`, compiles
-the library's model with `MaskedLoss` as `transformer.training.train` does
+the library's model with `MaskedLoss` as `transformer.run.train` does
 (dropout 0, seed 0) but with plain SGD, fits `STEPS` steps of fixed, unshuffled batches of
 `GLOBAL_BATCH` pairs, and saves the weights and the per-step losses to
 OUT.npz (only the chief writes it). The same global batches go to every

@@ -30,7 +30,7 @@ from transformer.translate import Translator
 # their references (BLEU's brevity penalty applies, so swapping hypotheses and
 # references changes the score).
 STUBBED = [
-    ("o velho come o peixe", "the old man eats the fish .", "The old  man eats the FISH."),
+    ("o homem velho come o bolo", "the old man eats the cake .", "The old  man eats the CAKE."),
     ("o cão das meninas vê o menino", "The girls' dog sees the Boy!",
      "the girls ' dog sees the boy !"),
     ("duas mulheres encontram quatro livros nas mesas",
@@ -42,14 +42,14 @@ STUBBED = [
 ]
 # The normalised forms, written out by hand.
 NORMALISED_REFERENCES = [
-    "the old man eats the fish .",
+    "the old man eats the cake .",
     "the girls ' dog sees the boy !",
     "two women find four books on the tables .",
     "the cat sleeps in the car near the big house .",
     "the three cats find the red book",
 ]
 NORMALISED_HYPOTHESES = [
-    "the old man eats the fish .",
+    "the old man eats the cake .",
     "the girls ' dog sees the boy !",
     "two women find four books .",
     "the cat sleeps in the car .",

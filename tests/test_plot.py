@@ -521,7 +521,8 @@ def test_training_curves_from_a_csv_log(tmp_path):
     )
     axes = main_axes(rendered(plot.plot_training_curves(path)))
     assert len(axes) == 3
-    np.testing.assert_array_equal(axes[0].get_lines()[0].get_xdata(), [0, 1])  # as written
+    # CSVLogger's epoch 0 is the log's "Epoch 1/N": the x-axis counts from 1.
+    np.testing.assert_array_equal(axes[0].get_lines()[0].get_xdata(), [1, 2])
     np.testing.assert_allclose(axes[1].get_lines()[1].get_ydata(), [0.12, 0.21])
 
 
@@ -603,3 +604,21 @@ def test_every_public_function_is_exported_from_the_package():
         function = getattr(plot, name)
         assert callable(function)
         assert function.__module__.startswith("transformer.plot.")
+
+
+@pytest.mark.parametrize("layer_name, xlabel, ylabel", [
+    ("encoder_layer1", "source tokens (keys)", "source tokens (queries)"),
+    ("decoder_layer1_block1", "target tokens (keys)", "target tokens (queries)"),
+    ("decoder_layer1_block2", "source tokens (keys)", "target tokens (queries)"),
+    (None, "keys", "queries"),
+])
+def test_attention_axes_say_where_queries_and_keys_come_from(layer_name, xlabel, ylabel):
+    # Queries are never called "output tokens": in encoder self-attention they are
+    # the source tokens.
+    weights = np.full((2, 3, 3), 1 / 3)
+    tokens = ["[START]", "a", "[END]"]
+    axes = main_axes(rendered(plot.plot_attention_weights(tokens, tokens, weights,
+                                                          layer_name=layer_name)))
+    assert axes[0].get_ylabel() == ylabel and axes[-1].get_xlabel() == xlabel
+    head = main_axes(rendered(plot.plot_attention_head(tokens, tokens, weights[0])))[0]
+    assert (head.get_xlabel(), head.get_ylabel()) == ("keys", "queries")

@@ -71,17 +71,51 @@ def test_tiny_run_logs_the_schedules_learning_rate_and_tensorboard_scalars(tiny_
     for key, values in history.items():
         assert [float(row[key]) for row in rows] == pytest.approx(values, rel=1e-6), key
 
-    # TensorBoard: train/ holds loss, accuracy and learning rate, validation/
-    # the val_ ones, each at the optimizer's step at the end of the epoch.
+    # TensorBoard (keras.callbacks.TensorBoard, update_freq="epoch"): train/ and
+    # validation/ hold one point per epoch, tagged epoch_<metric>, at step = the
+    # epoch index (0, 1), as Keras writes them. Its learning rate is the
+    # optimizer's own `learning_rate`: the schedule at `iterations`, i.e. the
+    # rate of the next update (steps 50 and 100), one step after the logs' value.
+    # validation/ also holds Keras's evaluation_<metric>_vs_iterations, written
+    # after each validation at the optimizer's step (50, 100).
     train_scalars = _event_scalars(run_dir / rundir.LOGS_DIR / "train")
     valid_scalars = _event_scalars(run_dir / rundir.LOGS_DIR / "validation")
-    ends = [steps, 2 * steps]
     assert set(train_scalars) == {"epoch_loss", "epoch_masked_accuracy", "epoch_learning_rate"}
-    assert set(valid_scalars) == {"epoch_loss", "epoch_masked_accuracy"}
+    assert set(valid_scalars) == {
+        "epoch_loss", "epoch_masked_accuracy",
+        "evaluation_loss_vs_iterations", "evaluation_masked_accuracy_vs_iterations",
+    }
     for scalars, prefix in ((train_scalars, ""), (valid_scalars, "val_")):
-        for tag, points in scalars.items():
+        for tag in ("epoch_loss", "epoch_masked_accuracy"):
             key = prefix + tag.removeprefix("epoch_")
-            assert [step for step, _ in points] == ends, tag
+            points = scalars[tag]
+            assert [step for step, _ in points] == [0, 1], tag
             assert [value for _, value in points] == pytest.approx(history[key], rel=1e-6), tag
-    assert [v for _, v in train_scalars["epoch_learning_rate"]] == pytest.approx(by_hand,
-                                                                                rel=1e-6)
+    for metric in ("loss", "masked_accuracy"):
+        points = valid_scalars[f"evaluation_{metric}_vs_iterations"]
+        assert [step for step, _ in points] == [steps, 2 * steps], metric
+        assert [v for _, v in points] == pytest.approx(history["val_" + metric], rel=1e-6)
+    next_rates = [float(CustomSchedule(d_model, warmup)(s)) for s in (steps, 2 * steps)]
+    rates = train_scalars["epoch_learning_rate"]
+    assert [step for step, _ in rates] == [0, 1]
+    assert [v for _, v in rates] == pytest.approx(next_rates, rel=1e-6)
+
+
+def test_tensorboard_reads_the_runs_scalars(tiny_run):
+    """The `tensorboard` package (a dependency) imports, and its EventAccumulator,
+    what `tensorboard --logdir <run>/logs` uses, reads the run's epoch scalars."""
+    from pathlib import Path
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from transformer import rundir
+
+    history = tiny_run.history
+    for split, prefix in (("train", ""), ("validation", "val_")):
+        events = EventAccumulator(str(Path(tiny_run.run_dir) / rundir.LOGS_DIR / split))
+        events.Reload()
+        tags = events.Tags()["tensors"]  # TF2 summaries are tensors; TensorBoard shows scalars
+        assert "epoch_loss" in tags, tags
+        values = [float(tf.make_ndarray(event.tensor_proto))
+                  for event in events.Tensors("epoch_loss")]
+        assert values == pytest.approx(history[prefix + "loss"], rel=1e-6)

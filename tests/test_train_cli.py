@@ -200,3 +200,16 @@ def test_multi_worker_two_processes_end_with_the_same_weights(data_args, tmp_pat
     assert "Run directory" in chief and "Run directory" not in other
     temp = re.search(r"writes its copies to (\S+) ", other).group(1)
     assert not Path(temp).exists()
+
+
+def test_resume_help_names_exactly_the_options_that_may_change():
+    from transformer.cli.train import build_parser, resumable_options
+    from transformer.run.config import RESUMABLE_FIELDS
+
+    parser = build_parser()
+    options = {option for action in parser._actions for option in action.option_strings}
+    assert set(resumable_options()) <= options
+    assert "precision" not in RESUMABLE_FIELDS  # a changed --precision is refused
+    (resume,) = [a for a in parser._actions if "--resume" in a.option_strings]
+    assert "only " + ", ".join(resumable_options()) + " may change" in resume.help
+    assert "--precision included" in resume.help

@@ -440,7 +440,7 @@ def test_unknown_words_go_through_unk(translator):
 
 def test_overlong_sentence_is_trimmed_with_a_warning(translator, caplog):
     limit = translator.transformer.max_length
-    sentence = " ".join(["o gato preto come o peixe"] * 12)  # far more than `limit` tokens
+    sentence = " ".join(["o gato preto come o bolo"] * 12)  # far more than `limit` tokens
     with caplog.at_level(logging.WARNING, logger="transformer.translate"):
         result = translator(["o gato", sentence])[1]
     assert "trimmed" in caplog.text and f"max_length={limit}" in caplog.text
@@ -570,7 +570,7 @@ def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
     outputs = notebook.cells[0].outputs
     assert any("exported" in output.get("text", "") for output in outputs), outputs
     reloaded = tf.saved_model.load(str(export_dir))
-    sentence = "o gato come o peixe"
+    sentence = "o gato come o bolo"
     assert reloaded(tf.constant(sentence)).numpy().decode() == translator(sentence).text
 
 

@@ -55,7 +55,7 @@ def _assert_one_line_error(done, *needles):
 
 def test_arguments_are_translated_as_a_batch_with_tokens(run_dir, sentences, translator,
                                                          tmp_path):
-    long_sentence = " ".join(["o gato preto come o peixe"] * 12)
+    long_sentence = " ".join(["o gato preto come o bolo"] * 12)
     done = _run(["--run", run_dir, *sentences, long_sentence, "--show-tokens"], tmp_path)
     assert done.returncode == 0, done.stderr
     _assert_clean_stderr(done.stderr)
@@ -122,3 +122,27 @@ def test_bad_options_are_usage_errors(args, needle, tmp_path):
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("translate.py: error:")
     assert needle in done.stderr
+
+
+def test_stdin_lines_that_are_not_utf8_are_named_and_nothing_is_translated(run_dir, tmp_path):
+    # Stop before any work: translations are one line per input line, so skipping
+    # a bad line would shift every later translation.
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--run", str(run_dir)],
+        input=b"o gato preto come o bolo\no gato \xff preto\no gato\n\xfe\n",
+        capture_output=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert done.stdout == b""
+    stderr = done.stderr.decode()
+    assert "Traceback" not in stderr
+    assert stderr.splitlines() == [
+        "translate.py: error: <stdin>:2: not valid UTF-8 (byte 0xff at column 8)",
+        "translate.py: error: <stdin>:4: not valid UTF-8 (byte 0xfe at column 1)",
+    ]
+
+
+def test_help_says_what_happens_to_bad_bytes(tmp_path):
+    done = _run(["--help"], tmp_path)
+    assert done.returncode == 0
+    assert "not valid UTF-8" in done.stdout and "nothing is translated" in done.stdout

@@ -10,7 +10,7 @@ the notebooks read it. Nothing else needs to know the file names::
       checkpoints/       training state for --resume (weights, optimizer, epoch)
       metrics.csv        one row per epoch
       metrics.json       the final evaluation
-      logs/              TensorBoard logs
+      logs/              TensorBoard logs (keras.callbacks.TensorBoard: train/, validation/)
       export/            the exported translator (a SavedModel: strings -> strings)
 """
 

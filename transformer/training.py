@@ -109,10 +109,10 @@ def token_losses(label, pred, label_smoothing):
 # The loss of a training step, compiled by XLA into a few fused loops over the
 # logits (forward and gradient). The logits are the step's largest tensor
 # (batch x target_len x target vocabulary: 115 MB for the tutorial preset);
-# TensorFlow's separate kernels read and write it about ten times, so this one
-# function made the tutorial-preset step 1.15x faster on our 2-core CPU
-# (BENCHMARKS.md). XLA compiles once per new logits shape (~0.4 s here), which
-# a training run pays once per distinct padded target length.
+# TensorFlow's separate kernels read and write it about ten times; one fused
+# function makes the training step faster (measurements in BENCHMARKS.md,
+# "Training speed"). XLA compiles once per new logits shape, which a training
+# run pays once per distinct padded target length.
 _xla_token_losses = tf.function(token_losses, jit_compile=True, reduce_retracing=True)
 
 

@@ -149,14 +149,15 @@ plot_attention_head(
 
 # %%
 if not (RUN_DIR / "model.keras").is_file():
-    # The settings of notebook 02 (and of `python train.py`); QUICK trains 30 steps only.
+    # The settings of notebook 02: `python train.py`'s toy run (four passes over the
+    # corpus, 1,250 updates), in float32; QUICK trains 30 steps only.
     if QUICK:
         config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
                            eval_batch_size=256)
     else:
-        config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=100)
+        config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=125)
     train(config, resume=RUN_DIR.exists(), verbose=0)
-translator = Translator.from_run(RUN_DIR, max_length=20)
+translator = Translator.from_run(RUN_DIR)
 model = translator.transformer  # a transformer.Transformer
 print(f"{RUN_DIR.name}: {model.num_layers} layers, d_model={model.d_model}, "
       f"{model.num_heads} heads, {model.count_params():,} parameters")
@@ -207,7 +208,7 @@ plot_attention_head(source_tokens, source_tokens, self_weights[0],
 # $PE_{(pos, 2i+1)} = \cos(pos / 10000^{2i/d_{model}})$:
 
 # %%
-first_o, second_o = [i for i, token in enumerate(source_tokens) if token == "o"]
+first_o, second_o = [i for i, token in enumerate(source_tokens) if token == "▁o"]  # `▁` starts a word
 no_position = model.encoder.pos_embedding.embedding(source_ids) * np.sqrt(model.d_model)  # (1, seq_len, d_model)
 _, no_position_weights = scaled_dot_product_attention(no_position, no_position, no_position)
 for name, w in (("with the positional encoding", self_weights), ("token embedding only", no_position_weights)):
@@ -545,9 +546,10 @@ plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer
 # $$Q = \text{decoder states}, \qquad K = V = \text{encoder output}, \qquad
 # M = \text{padding mask of the source}$$
 #
-# The rows are labelled with the token each decoder position predicts. Where the
-# word order differs the alignment crosses: the row that predicts "black" looks
-# at "preto", which comes after "gato".
+# The rows are labelled with the token each decoder position predicts (the toy
+# model's English vocabulary is small, so "black" is five pieces, `▁b l a c k`).
+# Where the word order differs the alignment crosses: the rows that predict
+# "black" look at "preto", which comes after "gato".
 
 # %%
 plot_attention_weights(source_tokens, labels, weights, layer_name=f"decoder_layer{model.num_layers}_block2")

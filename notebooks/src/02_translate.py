@@ -14,7 +14,8 @@
 # 3. training, and the training curves;
 # 4. translating, including sentences whose word order changes;
 # 5. encoder-decoder attention: where each English word looks in the Portuguese;
-# 6. masked decoder self-attention and encoder self-attention.
+# 6. masked decoder self-attention and encoder self-attention;
+# 7. every layer and head of all three kinds of attention, in one figure.
 #
 # Everything runs offline. Training writes a run directory, `runs/notebook_toy`
 # (the same layout as `train.py`); if it is already there, the notebook loads it
@@ -41,11 +42,12 @@ from transformer import CustomSchedule, Translator
 from transformer.data import generate_toy_corpus
 from transformer.plot import (
     plot_attention_head,
+    plot_attention_overview,
     plot_attention_weights,
     plot_learning_rate,
     plot_training_curves,
 )
-from transformer.run import RunConfig, normalize_text, train
+from transformer.run import RunConfig, train
 
 # TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite: a few
 # training steps, so the translations are poor but every cell runs.
@@ -97,9 +99,11 @@ if QUICK:
     config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
                        eval_batch_size=256)
 else:
-    # `python train.py`'s toy settings (about three passes over the corpus, warm-up 400
-    # steps), logged as 10 "epochs" of 100 updates to draw smoother training curves.
-    config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=100)
+    # `python train.py`'s toy settings: four passes over the corpus (4 x 313 = 1,252
+    # updates of 64 pairs), warm-up 400 steps; here 1,250 updates, logged as 10
+    # "epochs" of 125 updates to draw smoother training curves. Precision: float32
+    # (RunConfig's default), whatever the CPU.
+    config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=125)
 shown = ("model", "batch_size", "epochs", "steps_per_epoch", "warmup_steps", "label_smoothing", "seed")
 print(json.dumps({key: value for key, value in config.to_dict().items() if key in shown}, indent=1))
 
@@ -110,12 +114,15 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 # %% [markdown]
 # ## 3. Training
 #
-# `transformer.run.train` does what `python train.py` does: it builds the
-# tokenizers, trains with `model.fit` (Adam with the schedule above, cross-entropy
-# with label smoothing $\epsilon_{ls} = 0.1$ averaged over the non-padding
-# tokens, §5.3-5.4), evaluates on the test split (greedy decoding, exact match
-# and BLEU) and writes the run directory. On two CPU cores this takes a few
-# minutes. A finished run is loaded instead.
+# `transformer.run.train` runs the same stages as `python train.py`: it builds
+# the tokenizers, trains with `model.fit` (Adam with the schedule above,
+# cross-entropy with label smoothing $\epsilon_{ls} = 0.1$ averaged over the
+# non-padding tokens, §5.3-5.4), evaluates on the test split (greedy decoding,
+# exact match and BLEU) and writes the run directory. One thing differs: the
+# precision. `RunConfig` trains in float32 unless given `precision=...`, while
+# `python train.py` picks `mixed_bfloat16` on CPUs with AMX and float32
+# elsewhere (`transformer.run.precision.default_precision`). On two CPU cores
+# this takes a few minutes. A finished run is loaded instead.
 
 # %%
 if (RUN_DIR / "model.keras").is_file():
@@ -136,12 +143,15 @@ plot_training_curves(RUN_DIR / "metrics.csv", title="The toy translator, per epo
 # and every attention weight of the final output.
 
 # %%
-translator = Translator.from_run(RUN_DIR, max_length=20)  # toy translations are short
+translator = Translator.from_run(RUN_DIR)  # outputs of at most input length + 50 tokens (§6.1)
 
 # %% [markdown]
-# The model sees subword tokens, learnt from the training sentences by the
-# tokenizers of TensorFlow's subword tutorial (WordPiece; lower-cased, accents
-# stripped). Every sentence is wrapped in `[START]` (id 2) and `[END]` (id 3).
+# The model sees subword tokens, learnt from the training sentences by
+# SentencePiece (the default tokenizer; `▁` marks the start of a word). It keeps
+# case, accents and punctuation, so translations read as written text. Every
+# sentence is wrapped in `[START]` (id 2) and `[END]` (id 3). The toy grammar
+# has about 100 Portuguese words: a word outside it is split into pieces the
+# model never saw in that context, and its translation is nonsense.
 
 # %%
 ids = translator.tokenizers.source.tokenize(tf.constant(["a menina come a maçã vermelha"]))
@@ -161,13 +171,15 @@ sentences = {
 }
 results = translator(list(sentences))
 for (source, reference), result in zip(sentences.items(), results, strict=True):
-    # The detokenized text is lower-cased and splits punctuation off ("girl ' s").
-    mark = "ok" if result.text == normalize_text(reference) else "  "
+    # SentencePiece detokenizes to ordinary text: it compares with the reference as is.
+    mark = "ok" if result.text == reference else "  "
     print(f"{mark} {source:<48} -> {result.text:<40} (reference: {reference})")
 
 # %% [markdown]
 # "o gato preto" is not a sentence of the grammar (every training sentence has
-# a verb), which makes it a good test of what the model learnt.
+# a verb), which makes it a good test of what the model learnt: it translates
+# the noun phrase, then goes on with a verb phrase of its own, as every
+# sentence it has seen did.
 #
 # ## 5. Encoder-decoder attention: where each English word looks
 #
@@ -193,13 +205,32 @@ plot_attention_weights(in_tokens, out_tokens, weights, layer_name=f"decoder_laye
 
 # %% [markdown]
 # The head that puts the most weight on the word-for-word alignment
-# (the → o, black → preto, cat → gato), by itself:
+# (the → o, black → preto, cat → gato), by itself. A word may be several
+# subword tokens (`▁` starts a word): a head's score for a pair of words is the
+# weight its rows for the English word give to the Portuguese word's tokens.
 
 # %%
+def word_positions(tokens):
+    """{word: its token positions}; `▁` starts a word, [START] and [END] are skipped."""
+    spans = []
+    for i, token in enumerate(tokens):
+        if token in ("[START]", "[END]"):
+            continue
+        if token.startswith("▁") or not spans:
+            spans.append(["", []])
+        spans[-1][0] += token.lstrip("▁")
+        spans[-1][1].append(i)
+    positions = {}
+    for word, indices in spans:
+        positions.setdefault(word, indices)
+    return positions
+
+
 alignment = {"the": "o", "black": "preto", "cat": "gato", "sleeps": "dorme"}
+out_words, in_words = word_positions(out_tokens), word_positions(in_tokens)
 cross = np.concatenate([weights[f"decoder_layer{i}_block2"] for i in range(1, last + 1)])  # (layers * heads, out, in)
-score = [sum(head[out_tokens.index(en), in_tokens.index(pt)]
-             for en, pt in alignment.items() if en in out_tokens and pt in in_tokens)
+score = [sum(head[np.ix_(out_words[en], in_words[pt])].sum() / len(out_words[en])
+             for en, pt in alignment.items() if en in out_words and pt in in_words)
          for head in cross]
 best = int(np.argmax(score))
 layer, head = divmod(best, config.model.num_heads)
@@ -255,6 +286,25 @@ plot_attention_weights(in_tokens, in_tokens, weights, layer_name="encoder_layer1
 plot_attention_weights(in_tokens, in_tokens, weights, layer_name=f"encoder_layer{last}")
 
 # %% [markdown]
+# ## 7. Every layer and head at once
+#
+# > "Multi-head attention allows the model to jointly attend to information from
+# > different representation subspaces at different positions." (§3.2.2)
+#
+# $$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \ldots, \mathrm{head}_h)W^O,
+# \qquad \mathrm{head}_i = \mathrm{Attention}(QW_i^Q, KW_i^K, VW_i^V)$$
+#
+# The model has three kinds of attention (§3.2.3), each in every layer, each
+# with $h$ heads. `plot_attention_overview` draws them all for one translation:
+# one block per kind (encoder-decoder, encoder self-, masked decoder
+# self-attention), a row per layer and a column per head, one colour scale per
+# kind. Read it for patterns: heads that align source and target words, heads
+# that look at a neighbour, heads that rest on `[START]` or `[END]`.
+
+# %%
+plot_attention_overview(results[0].input_tokens, results[0].tokens, results[0].attention_weights)
+
+# %% [markdown]
 # ## Beam search and the test split
 #
 # The paper decodes with beam search (beam size 4, length penalty
@@ -262,6 +312,6 @@ plot_attention_weights(in_tokens, in_tokens, weights, layer_name=f"encoder_layer
 # the evaluation `train` wrote used greedy decoding on the held-out test split.
 
 # %%
-for result in translator(list(sentences)[:3], beam_size=4):
-    print(f"{' '.join(result.input_tokens[1:-1]):<40} -> {result.text}  (score {result.score:.2f})")
+for source, result in zip(list(sentences)[:3], translator(list(sentences)[:3], beam_size=4), strict=True):
+    print(f"{source:<40} -> {result.text}  (score {result.score:.2f})")
 print("test split:", {key: metrics["test"][key] for key in ("num_sentences", "exact_match", "bleu")})

@@ -64,6 +64,7 @@ from transformer.run.config import (  # noqa: E402
     CORPUS_DEFAULTS,
     MAX_EPOCHS,
     MIN_EPOCHS,
+    RESUMABLE_FIELDS,
     TARGET_PAIRS_SEEN,
     TOY_DEFAULTS,
     RunConfig,
@@ -84,6 +85,13 @@ PROG = "train.py"
 _FIELD = {"dropout": "dropout_rate", "examples": "num_examples", "eval_beam": "eval_beam_size"}
 # Options that are not settings of the run.
 _NOT_CONFIG = ("resume", "no_export")
+
+
+def resumable_options() -> list[str]:
+    """The options that may differ from the saved run on --resume (`RESUMABLE_FIELDS`)."""
+    option_of = {field: option for option, field in _FIELD.items()}
+    fields = RESUMABLE_FIELDS - {"output_dir", "eval_batch_size"}  # the run itself; no option
+    return sorted("--" + option_of.get(field, field).replace("_", "-") for field in fields)
 
 
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
@@ -201,8 +209,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        "or runs/<stem of --data>); must be empty unless --resume")
     group.add_argument("--resume", action="store_true", default=default(False),
                        help="continue the run in --output-dir from its last checkpoint, with "
-                       "its saved settings (only --epochs, --checkpoint-every and the "
-                       "performance and scale options may change)")
+                       "its saved settings; only " + ", ".join(resumable_options())
+                       + " may change (any other option, --precision included, must match "
+                       "the saved run or is refused)")
     group.add_argument("--no-export", action="store_true", default=default(False),
                        help="do not export the translator to <output-dir>/export (default: "
                        "export it)")

@@ -6,8 +6,11 @@
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
 
 Sentences come from the arguments or, without any, from standard input (one
-per line); either way they are translated as one batch. Translations go to
-standard output, one per line, in order. TensorFlow is imported only once the
+per line, UTF-8); either way they are translated as one batch. Translations go
+to standard output, one per line, in order. A line of standard input that is
+not valid UTF-8 is reported on standard error, one line per bad line
+(`<stdin>:3: not valid UTF-8 (byte 0xff at column 8)`), and nothing is
+translated: the exit status is 1. TensorFlow is imported only once the
 options are read (after its native start-up messages are hidden, unless --verbose).
 """
 
@@ -34,10 +37,14 @@ def parse_args(argv=None):
     parser = OneLineErrorParser(
         prog=PROG,
         description="Translate sentences with a trained run directory (see train.py).",
+        epilog="Standard input is read as UTF-8. If any line is not valid UTF-8, each bad "
+               "line is reported on standard error as '<stdin>:LINE: not valid UTF-8 (byte "
+               "0xNN at column N)' (columns count bytes from 1), nothing is translated, and "
+               "the exit status is 1.",
     )
     parser.add_argument("sentences", nargs="*",
                         help="sentences to translate; read from standard input, one per "
-                             "line, when none are given")
+                             "line (UTF-8), when none are given")
     parser.add_argument("--run", required=True, metavar="DIR",
                         help="the run directory written by train.py (e.g. runs/toy)")
     parser.add_argument("--beam", type=positive_int, default=1, metavar="N",
@@ -96,6 +103,32 @@ def _axes_tokens(result, name):
     return result.input_tokens, result.tokens[1:]
 
 
+class BadInputError(ValueError):
+    """Standard input holds lines that are not valid UTF-8; each is already reported."""
+
+
+def decode_lines(raw_lines, name="<stdin>"):
+    """Decodes byte lines as UTF-8; returns `(sentences, errors)`.
+
+    `errors` holds one message per bad line, `NAME:LINE: not valid UTF-8 (byte
+    0xNN at column N)`, lines and columns (bytes) counted from 1.
+
+    Example:
+        >>> decode_lines([b"o gato\\n", b"o gato \\xff preto\\n"])
+        (['o gato'], ['<stdin>:2: not valid UTF-8 (byte 0xff at column 8)'])
+    """
+    sentences, errors = [], []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            errors.append(f"{name}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} "
+                          f"at column {error.start + 1})")
+            continue
+        sentences.append(line.rstrip("\r\n"))
+    return sentences, errors
+
+
 def _read_sentences(args):
     if args.sentences:
         return args.sentences
@@ -103,7 +136,12 @@ def _read_sentences(args):
         raise ValueError(
             "no sentences given: pass them as arguments or on standard input, one per line."
         )
-    return [line.rstrip("\r\n") for line in sys.stdin]
+    sentences, errors = decode_lines(sys.stdin.buffer)
+    if errors:
+        for message in errors:
+            print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise BadInputError(f"{len(errors)} line(s) of standard input are not valid UTF-8")
+    return sentences
 
 
 def run(args):
@@ -166,6 +204,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BadInputError:
+        return 1  # every bad line is reported; nothing was translated
     except Exception as err:  # noqa: BLE001 - one line for people, no traceback
         return report_error(PROG, err)
 

@@ -5,9 +5,8 @@ TensorFlow's subword tokenizer tutorial) counts words with BERT's basic
 tokenizer and then runs `wordpiece_tokenizer_learner_lib.learn`: a binary
 search over a frequency threshold, where every step runs a few iterations of
 "count every candidate subword, keep those at or above the threshold". In pure
-Python that takes minutes per language for 50,000 sentence pairs (230 s for
-the source side of `bench/data_speed.py`'s synthetic corpus on a busy 2-core
-machine, where this module took about 25 s for the same vocabulary).
+Python that takes minutes per language for 50,000 sentence pairs (timings in
+BENCHMARKS.md, "Data: vocabularies and the input pipeline").
 
 `learn_wordpiece_vocab` runs the same algorithm and returns the same
 vocabulary (the tests compare it with tensorflow_text's on real and random

@@ -78,17 +78,36 @@ def _check_weights(weights: np.ndarray, in_tokens, out_tokens, name: str) -> Non
         )
 
 
-def _draw_attention(ax, weights, in_tokens, out_tokens, vmax, axis_labels=(True, True)):
+# Where the keys and the queries of each role come from (section 3.2.3), for the axis labels.
+_ROLE_AXES = {
+    ("encoder", None): ("source", "source"),
+    ("decoder", "1"): ("target", "target"),
+    ("decoder", "2"): ("source", "target"),
+}
+
+
+def _axis_names(layer_name: str | None) -> tuple[str, str]:
+    """The axis captions of token labels: by role (section 3.2.3), else "keys", "queries"."""
+    match = _LAYER_NAME.match(layer_name or "")
+    sides = _ROLE_AXES.get(match.groups()[::2]) if match else None
+    if sides is None:
+        return "keys", "queries"
+    return f"{sides[0]} tokens (keys)", f"{sides[1]} tokens (queries)"
+
+
+def _draw_attention(ax, weights, in_tokens, out_tokens, vmax, axis_labels=(True, True),
+                    layer_name=None):
     num_q, num_k = weights.shape
     image = ax.imshow(
         weights, cmap="viridis", vmin=0.0, vmax=vmax, origin="upper", interpolation="nearest"
     )
     _set_token_ticks(ax, in_tokens, num_k, "x")
     _set_token_ticks(ax, out_tokens, num_q, "y")
+    keys, queries = _axis_names(layer_name)
     if axis_labels[0]:
-        ax.set_xlabel("input tokens (keys)" if in_tokens is not None else "key position")
+        ax.set_xlabel(keys if in_tokens is not None else "key position")
     if axis_labels[1]:
-        ax.set_ylabel("output tokens (queries)" if out_tokens is not None else "query position")
+        ax.set_ylabel(queries if out_tokens is not None else "query position")
     return image
 
 
@@ -104,8 +123,9 @@ def plot_attention_head(
 ) -> Figure:
     """Plots the attention weights of one head, as in the tutorial.
 
-    Row `i` holds the softmax weights that output (query) token `i` gives to
-    each input (key) token (section 3.2.1); every row sums to 1.
+    Row `i` holds the softmax weights that query `i` gives to each key
+    (section 3.2.1); every row sums to 1. The axes are captioned "queries"
+    and "keys" (`plot_attention_weights` names their tokens by the layer's role).
 
     Args:
         in_tokens: the key tokens, labelling the x-axis (rotated); for
@@ -227,7 +247,7 @@ def plot_attention_weights(
     fig = _new_figure(
         figsize or _matrix_figsize(*array.shape[1:], out_list, in_list, panels=(nrows, ncols))
     )
-    image, head_axes = _draw_head_grid(fig, array, in_list, out_list, nrows, ncols)
+    image, head_axes = _draw_head_grid(fig, array, in_list, out_list, nrows, ncols, layer_name)
     fig.colorbar(image, ax=head_axes, shrink=0.8).set_label("attention weight")
     fig.suptitle(attention_layer_description(layer_name))
     return fig
@@ -253,7 +273,7 @@ def _heads_of(weights, name: str, batch_index: int) -> np.ndarray:
     return array
 
 
-def _draw_head_grid(fig, array, in_list, out_list, nrows: int, ncols: int):
+def _draw_head_grid(fig, array, in_list, out_list, nrows: int, ncols: int, layer_name=None):
     """Draws head `h` of `array` into cell `h` of an `nrows x ncols` grid, row by row.
 
     Unused cells are removed. Returns the last image and the heads' axes.
@@ -278,6 +298,7 @@ def _draw_head_grid(fig, array, in_list, out_list, nrows: int, ncols: int):
             out_list,
             vmax=vmax,
             axis_labels=(last_in_column, first_in_row),
+            layer_name=layer_name,
         )
         ax.set_title(f"Head {head + 1}")
         head_axes.append(ax)

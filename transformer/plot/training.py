@@ -193,8 +193,9 @@ def plot_training_curves(history, *, title: str | None = None, figsize=None) -> 
             `masked_accuracy`, `val_loss`, `val_masked_accuracy`, `learning_rate`.
             Columns ending in `loss` share the loss panel, columns containing
             `accuracy` the accuracy panel, and `learning_rate` (or `lr`) gets a
-            third panel; other columns are ignored. The x-axis is the `epoch`
-            column as written (CSVLogger counts from 0), else 1, 2, ...
+            third panel; other columns are ignored. The x-axis counts epochs
+            from 1, as the training log does: the `epoch` column plus one
+            (CSVLogger counts from 0), else 1, 2, ...
         title: figure title.
         figsize: figure size in inches.
 
@@ -215,7 +216,7 @@ def plot_training_curves(history, *, title: str | None = None, figsize=None) -> 
     epochs = columns.pop("epoch", None)
     panels = _group_panels(columns, has_epoch=epochs is not None)
     num_epochs = len(next(iter(columns.values())))
-    x = epochs if epochs is not None else np.arange(1, num_epochs + 1)
+    x = epochs + 1 if epochs is not None else np.arange(1, num_epochs + 1)
     fig = _new_figure(figsize or (4.6 * len(panels), 3.8))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     marker = "o" if num_epochs <= 30 else None

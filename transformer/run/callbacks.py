@@ -1,15 +1,17 @@
-"""The Keras callbacks of a training run: learning-rate logs, NaN stop, checkpoints, summaries."""
+"""The Keras callbacks of a training run: learning-rate logs, NaN stop, checkpoints, summaries.
+
+TensorBoard's event files are written by `keras.callbacks.TensorBoard` (see
+`transformer.run.trainer._callbacks`).
+"""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
-from pathlib import Path
 
 import keras
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +40,9 @@ def _current_learning_rate(optimizer) -> float:
 
 class LearningRateLogger(keras.callbacks.Callback):
     """Adds `learning_rate` to the logs of every batch and epoch, so the progress
-    bar, `metrics.csv` and TensorBoard show the schedule."""
+    bar, `metrics.csv` and the history show the schedule: the rate of the update
+    just applied. (`keras.callbacks.TensorBoard` writes the optimizer's own
+    `learning_rate` instead, the rate of the next update.)"""
 
     def on_train_batch_end(self, batch, logs=None):
         if logs is not None:
@@ -110,53 +114,6 @@ class CheckpointSaver(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._save()
-
-
-class ScalarSummaries(keras.callbacks.Callback):
-    """Writes the epoch logs as TensorBoard scalars (`train/` and `validation/`).
-
-    Keras' `TensorBoard` callback needs the `tensorboard` package to write
-    anything; this one uses only TensorFlow's summary writer, so training
-    needs no extra dependency (viewing the logs does: `pip install tensorboard`,
-    then `tensorboard --logdir runs/toy/logs`).
-
-    Args:
-        log_dir: the directory of the event files.
-    """
-
-    def __init__(self, log_dir):
-        super().__init__()
-        self.log_dir = Path(log_dir)
-        self._writers = {}
-
-    def _writer(self, name):
-        if name not in self._writers:
-            self._writers[name] = tf.summary.create_file_writer(str(self.log_dir / name))
-        return self._writers[name]
-
-    def on_epoch_end(self, epoch, logs=None):
-        step = optimizer_step(self.model.optimizer)
-        for key, value in (logs or {}).items():
-            name, tag = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
-            with self._writer(name).as_default():
-                tf.summary.write(
-                    f"epoch_{tag}", tf.constant(float(value), tf.float32), step=step,
-                    metadata=_SCALAR_METADATA,
-                )
-        for writer in self._writers.values():
-            writer.flush()
-
-    def on_train_end(self, logs=None):
-        for writer in self._writers.values():
-            writer.close()
-        self._writers = {}
-
-
-# TensorBoard's scalar plugin reads summaries tagged with this metadata.
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-    data_class=summary_pb2.DATA_CLASS_SCALAR,
-).SerializeToString()
 
 
 class EpochSummary(keras.callbacks.Callback):

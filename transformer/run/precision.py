@@ -29,11 +29,10 @@ def default_precision(flags: set[str] | None = None) -> str:
     flag of `/proc/cpuinfo`), else `float32`. bfloat16 keeps float32's exponent
     range, so it needs no loss scaling; variables stay float32.
 
-    AVX-512 BF16 alone (`avx512_bf16`, without AMX) is not enough: on such a
-    2-core Xeon, a training step in `mixed_bfloat16` took as long as in float32
-    for the `toy` model and 1.7x as long for the `tutorial` model (the casts
-    and the element-wise ops in bfloat16 cost more than the faster matrix
-    products save), with the same quality.
+    AVX-512 BF16 alone (`avx512_bf16`, without AMX) is not enough: its
+    bfloat16 matrix products run at about half the float32 rate, so a
+    `mixed_bfloat16` step is slower than a float32 one there (measurements in
+    BENCHMARKS.md, "Training speed", and bench/TRAIN_SPEED.md).
 
     Args:
         flags: CPU flags to decide from; read from `/proc/cpuinfo` by default.

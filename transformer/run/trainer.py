@@ -39,7 +39,6 @@ from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
     LearningRateLogger,
-    ScalarSummaries,
     StopOnNaN,
     TrainingError,
     optimizer_step,
@@ -498,7 +497,11 @@ def _callbacks(session: _Session, state: _ModelState) -> list[keras.callbacks.Ca
     callbacks.append(keras.callbacks.ProgbarLogger())
     callbacks.append(EpochSummary(config.epochs))
     if session.chief:
-        callbacks.append(ScalarSummaries(run_dir / rundir.LOGS_DIR))
+        # Epoch scalars only: train/ and validation/ event files, at step = epoch index.
+        callbacks.append(keras.callbacks.TensorBoard(
+            str(run_dir / rundir.LOGS_DIR), update_freq="epoch", write_graph=False,
+            profile_batch=0,
+        ))
     return callbacks
 
 

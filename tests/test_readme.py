@@ -1,0 +1,131 @@
+"""Every command of README.md's ```bash blocks runs, so the docs cannot drift.
+
+The commands run as a user would type them (through bash, in a scratch
+directory that links `train.py`, `translate.py` and `transformer/`), with these
+substitutions:
+
+- `runs/toy` is the session's tiny trained run (tests/conftest.py `tiny_run`);
+- every `python train.py` gets tiny settings and its own `--output-dir`
+  appended (later options win), and the data files the README names
+  (`pairs.tsv`, `train.tsv`, `dev.tsv`, `test.tsv`) are small toy corpora;
+- `transformer-train` and `transformer-translate` run their entry points
+  (`transformer.cli.*:main`) with this checkout's Python, installed or not.
+
+Skip rule: a command is skipped when it needs the network or another machine
+(`--download`, `TF_CONFIG`), a path the reader does not have (`../shared/`),
+is the install or test command itself (`python3.11 -m venv`, `pip install`,
+`ruff`, `pytest`), or starts a program that runs until stopped (`tensorboard`,
+`jupyter`). Everything else must exit 0; translate commands must print one
+line per sentence, none of them empty.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+SKIP = re.compile(
+    r"--download|TF_CONFIG|\.\./shared/|python3\.11 -m venv|pip install|\bruff\b|\bpytest\b"
+    r"|^tensorboard\b|\bjupyter\b"
+)
+TINY_TRAIN = ("--num-layers 1 --d-model 16 --num-heads 2 --dff 32 --epochs 1 "
+              "--steps-per-epoch 2 --batch-size 8 --vocab-size 200 --examples 0 --no-export")
+ENTRY_POINTS = {
+    "transformer-train": "transformer.cli.train",
+    "transformer-translate": "transformer.cli.translate",
+}
+
+
+def readme_commands() -> list[str]:
+    """The commands of the ```bash blocks, one per logical line (backslash
+    continuations joined), comments and blank lines dropped."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", README.read_text(), re.S | re.M)
+    commands = []
+    for block in blocks:
+        for command in block.replace("\\\n", " ").splitlines():
+            command = command.strip()
+            if command and not command.startswith("#"):
+                commands.append(command)
+    return commands
+
+
+def _without_comment(command: str) -> str:
+    return re.sub(r"\s+#\s.*$", "", command)
+
+
+def _prepared(command: str, run_dir: Path, index: int) -> str:
+    command = _without_comment(command).replace("runs/toy", str(run_dir))
+    for script, module in ENTRY_POINTS.items():
+        runner = f"{shlex.quote(sys.executable)} -c 'import sys; from {module} import main; " \
+                 "sys.exit(main())'"
+        command = re.sub(rf"(^|\| ){script}\b", rf"\g<1>{runner}", command)
+    command = re.sub(r"(^|\| |&& )python ", rf"\g<1>{shlex.quote(sys.executable)} ", command)
+    if "train.py" in command and "--help" not in command:
+        command += f" {TINY_TRAIN} --output-dir runs/readme_{index}"
+    return command
+
+
+def _sentences_given(command: str) -> int | None:
+    """How many sentences a translate command passes (arguments or printf lines)."""
+    printf = re.match(r"printf '([^']*)'", command)
+    if printf:
+        return printf.group(1).count("\\n")
+    words = shlex.split(command)
+    script = next(i for i, w in enumerate(words) if w.endswith(("translate.py", "translate")))
+    sentences, skip_next = [], False
+    for word in words[script + 1:]:
+        if skip_next:
+            skip_next = False
+        elif word.startswith("--"):
+            skip_next = word in ("--run", "--beam", "--plot", "--layer", "--alpha",
+                                 "--max-length")
+        else:
+            sentences.append(word)
+    return len(sentences)
+
+
+def test_readme_has_the_commands_this_test_relies_on():
+    commands = readme_commands()
+    assert any("translate.py --run runs/toy" in c for c in commands)
+    assert any("tensorboard --logdir runs/toy/logs" in c for c in commands)
+    assert any(c.startswith("python train.py --data") for c in commands)
+    assert [c for c in commands if SKIP.search(c)]  # the skip rule is exercised
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A scratch directory that looks like the repository, with the README's data files."""
+    from conftest import write_toy_tsv
+
+    root = tmp_path_factory.mktemp("readme")
+    for name in ("train.py", "translate.py", "transformer"):
+        (root / name).symlink_to(REPO / name)
+    (root / "docs").mkdir()
+    write_toy_tsv(root, seed=1)  # train.tsv, valid.tsv, test.tsv
+    (root / "valid.tsv").rename(root / "dev.tsv")
+    (root / "pairs.tsv").write_text((root / "train.tsv").read_text())
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index, command", list(enumerate(readme_commands())))
+def test_readme_command_runs(index, command, workspace, tiny_run):
+    if SKIP.search(command):
+        pytest.skip(f"skip rule (network, another machine, install/test, server): {command}")
+    prepared = _prepared(command, Path(tiny_run.run_dir), index)
+    done = subprocess.run(["bash", "-c", prepared], cwd=workspace, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, f"{command}\n{prepared}\n{done.stdout[-2000:]}\n" \
+                                 f"{done.stderr[-2000:]}"
+    if "translate" in command and "--help" not in command:
+        lines = [line for line in done.stdout.splitlines() if not line.startswith("  ")]
+        assert len(lines) == _sentences_given(command), done.stdout
+        assert all(line.strip() for line in lines), done.stdout
