@@ -377,15 +377,22 @@ class SentencePieceTokenizer(tf.Module):
 
     def _valid_ids(self, token_ids):
         """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
-        ids = tf.cast(token_ids, tf.int64)
-        size = tf.size(self._pieces, out_type=tf.int64)
+        return valid_ids(token_ids, tf.size(self._pieces, out_type=tf.int64))
 
-        def clip(values):
-            return tf.where((values < 0) | (values >= size), tf.constant(UNK_ID, tf.int64), values)
+def valid_ids(token_ids, size):
+    """`token_ids` (dense or ragged) as int64, with ids outside `[0, size)` as `[UNK]`.
 
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(clip, ids)
-        return clip(ids)
+    Shared by both tokenizers: a model can emit any id, the vocabulary cannot
+    show every one.
+    """
+    ids = tf.cast(token_ids, tf.int64)
+    if isinstance(ids, tf.RaggedTensor):
+        return tf.ragged.map_flat_values(_clip_to_unk, ids, size)
+    return _clip_to_unk(ids, size)
+
+
+def _clip_to_unk(ids, size):
+    return tf.where((ids < 0) | (ids >= size), tf.constant(UNK_ID, tf.int64), ids)
 
 
 def _read_lines(path) -> list[str]:

@@ -40,11 +40,12 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as text
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
     learn_sentencepiece_model,
+    valid_ids,
     write_sentencepiece_files,
 )
 from transformer.data.wordpiece import learn_wordpiece_vocab
@@ -184,15 +185,7 @@ class SubwordTokenizer(tf.Module):
 
     def _valid_ids(self, token_ids):
         """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
-        ids = tf.cast(token_ids, tf.int64)
-        size = tf.cast(tf.shape(self.vocab)[0], tf.int64)
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(_clip_to_unk, ids, size)
-        return _clip_to_unk(ids, size)
-
-
-def _clip_to_unk(ids, size):
-    return tf.where((ids < 0) | (ids >= size), tf.constant(UNK_ID, tf.int64), ids)
+        return valid_ids(token_ids, tf.cast(tf.shape(self.vocab)[0], tf.int64))
 
 
 class TranslationTokenizers(tf.Module):
