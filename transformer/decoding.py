@@ -253,7 +253,10 @@ def cached_greedy_decode(
     def body(step, output, finished, log_probs, cache):
         logits, cache = decode_step(model, output, cache, cross_mask)  # (batch, vocab)
         next_token = tf.argmax(logits, axis=-1, output_type=tf.int64)  # (batch,)
-        token_log_prob = tf.reduce_max(tf.nn.log_softmax(logits, axis=-1), axis=-1)  # (batch,)
+        # log_softmax at the arg-max, without the whole (batch, vocab) tensor.
+        token_log_prob = tf.reduce_max(logits, axis=-1) - tf.reduce_logsumexp(
+            logits, axis=-1
+        )  # (batch,)
         log_probs += tf.where(finished, 0.0, token_log_prob)
         next_token = tf.where(finished, tf.constant(PAD_ID, tf.int64), next_token)
         finished = finished | (tf.equal(next_token, END_ID) & ~force_length)
@@ -369,7 +372,12 @@ def _beam_step(model, k, alpha, max_length, cross_mask, row_limits, state):
     state = (step + 1, alive, alive_log_probs, _reorder_cache(cache, rows), finished_tokens,
              finished_scores, num_finished, done)
     if row_limits is not None:  # sentences at their own limit finish as they are
-        state = _finish_alive(state, (step + 1 >= row_limits) & ~done, penalty, max_length, k)
+        at_limit = (step + 1 >= row_limits) & ~state[-1]  # (batch,)
+        state = tf.cond(
+            tf.reduce_any(at_limit),
+            lambda: _finish_alive(state, at_limit, penalty, max_length, k),
+            lambda: state,
+        )
     return state
 
 

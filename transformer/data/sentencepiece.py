@@ -62,6 +62,7 @@ import tensorflow_text as text
 
 from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from transformer.data.corpus import DataError
+from transformer.data.tokenizer_base import TokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ def write_sentencepiece_files(model_proto: bytes, directory, stem: str) -> Sente
     return SentencePieceFiles(str(model_path), str(vocab_path))
 
 
-class SentencePieceTokenizer(tf.Module):
+class SentencePieceTokenizer(TokenizerBase):
     """A SentencePiece tokenizer with the interface of `SubwordTokenizer`.
 
     Wraps `tensorflow_text.FastSentencepieceTokenizer` and frames every
@@ -361,39 +362,12 @@ class SentencePieceTokenizer(tf.Module):
         return tf.size(self._pieces)
 
     @tf.function
-    def get_vocab_path(self):
-        """Returns the path of the `.vocab` text file (`piece<TAB>score` per line)."""
-        return self._vocab_path
-
-    @tf.function
     def get_model_path(self):
         """Returns the path of the `.model` file, a scalar string tensor."""
         return self._model_path
 
-    @tf.function
-    def get_reserved_tokens(self):
-        """Returns the reserved tokens, a string tensor `[PAD] [UNK] [START] [END]`."""
-        return tf.constant(self._reserved_tokens)
-
-    def _valid_ids(self, token_ids):
-        """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
-        return valid_ids(token_ids, tf.size(self._pieces, out_type=tf.int64))
-
-def valid_ids(token_ids, size):
-    """`token_ids` (dense or ragged) as int64, with ids outside `[0, size)` as `[UNK]`.
-
-    Shared by both tokenizers: a model can emit any id, the vocabulary cannot
-    show every one.
-    """
-    ids = tf.cast(token_ids, tf.int64)
-    if isinstance(ids, tf.RaggedTensor):
-        return tf.ragged.map_flat_values(_clip_to_unk, ids, size)
-    return _clip_to_unk(ids, size)
-
-
-def _clip_to_unk(ids, size):
-    return tf.where((ids < 0) | (ids >= size), tf.constant(UNK_ID, tf.int64), ids)
-
+    def _vocabulary(self):
+        return self._pieces
 
 def _read_lines(path) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()

@@ -45,9 +45,9 @@ from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
     learn_sentencepiece_model,
-    valid_ids,
     write_sentencepiece_files,
 )
+from transformer.data.tokenizer_base import TokenizerBase
 from transformer.data.wordpiece import learn_wordpiece_vocab
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 _ID_DTYPES = (tf.int64, tf.int32)
 
 
-class SubwordTokenizer(tf.Module):
+class SubwordTokenizer(TokenizerBase):
     """A WordPiece tokenizer for one language, with START and END markers.
 
     Wraps `tensorflow_text.BertTokenizer`. All methods are `tf.function`s
@@ -173,19 +173,8 @@ class SubwordTokenizer(tf.Module):
         """Returns the number of tokens in the vocabulary, a scalar int32 tensor."""
         return tf.shape(self.vocab)[0]
 
-    @tf.function
-    def get_vocab_path(self):
-        """Returns the path of the vocabulary file, a scalar string tensor."""
-        return self._vocab_path
-
-    @tf.function
-    def get_reserved_tokens(self):
-        """Returns the reserved tokens, a string tensor `[PAD] [UNK] [START] [END]`."""
-        return tf.constant(self._reserved_tokens)
-
-    def _valid_ids(self, token_ids):
-        """Casts to int64 and maps ids outside `[0, vocab_size)` to `[UNK]`."""
-        return valid_ids(token_ids, tf.cast(tf.shape(self.vocab)[0], tf.int64))
+    def _vocabulary(self):
+        return self.vocab
 
 
 class TranslationTokenizers(tf.Module):

@@ -55,6 +55,16 @@ def _to_numpy(value, name: str) -> np.ndarray:
     return array
 
 
+def _matrix(value, name: str, expected: str) -> np.ndarray:
+    """`value` as a 2-D array, leading axes of size 1 dropped; else a ValueError."""
+    array = _to_numpy(value, name)
+    while array.ndim > 2 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 2:
+        raise _invalid(name, expected, f"an array of shape {_shape(array)}")
+    return array
+
+
 def _shape(array: np.ndarray) -> str:
     return "(" + ", ".join(str(d) for d in array.shape) + ("," if array.ndim == 1 else "") + ")"
 

@@ -16,6 +16,7 @@ from transformer._validation import check_positive_int
 from transformer.plot._figure import (
     _as_tokens,
     _invalid,
+    _matrix,
     _matrix_figsize,
     _new_figure,
     _set_token_ticks,
@@ -153,15 +154,9 @@ def plot_attention_head(
     """
     in_list = _as_tokens(in_tokens, "in_tokens")
     out_list = _as_tokens(out_tokens, "out_tokens")
-    array = _to_numpy(weights, "weights")
-    while array.ndim > 2 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 2:
-        raise _invalid(
-            "weights",
-            "one head's weights of shape (len(out_tokens), len(in_tokens))",
-            f"an array of shape {_shape(array)}",
-        )
+    array = _matrix(
+        weights, "weights", "one head's weights of shape (len(out_tokens), len(in_tokens))"
+    )
     _check_weights(array, in_list, out_list, "weights")
     if ax is None:
         fig = _new_figure(figsize or _matrix_figsize(*array.shape, out_list, in_list))

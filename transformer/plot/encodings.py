@@ -16,6 +16,7 @@ from transformer.plot._figure import (
     _MASK_LABELS,
     _as_tokens,
     _invalid,
+    _matrix,
     _matrix_figsize,
     _new_figure,
     _set_token_ticks,
@@ -93,16 +94,9 @@ def _encoding_array(encoding, depth: int | None) -> np.ndarray:
         from transformer.positional import positional_encoding
 
         return np.asarray(positional_encoding(int(encoding), int(depth)), dtype=np.float64)
-    array = _to_numpy(encoding, "encoding")
-    while array.ndim > 2 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 2:
-        raise _invalid(
-            "encoding",
-            "an array of shape (length, depth), or integers length and depth",
-            f"an array of shape {_shape(array)}",
-        )
-    return array
+    return _matrix(
+        encoding, "encoding", "an array of shape (length, depth), or integers length and depth"
+    )
 
 
 def _is_int_pair(value) -> bool:
