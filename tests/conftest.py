@@ -31,6 +31,7 @@ TINY_TRAINING = {
     "precision": "float32",
     "checkpoint_every": 50,
     "eval_batch_size": 64,
+    "eval_beam_size": 1,
 }
 
 

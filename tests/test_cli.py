@@ -15,6 +15,7 @@ import pytest
 
 from transformer.cli.common import (
     OneLineErrorParser,
+    learning_rate,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -63,6 +64,18 @@ def test_rate_rejects_one_negatives_inf_and_nan(text):
     with pytest.raises(argparse.ArgumentTypeError) as caught:
         rate(text)
     assert str(caught.value) == f"expected a number in [0, 1), got {text!r}"
+
+
+@pytest.mark.parametrize("text,expected", [("1e-3", 0.001), ("1", 1.0), ("paper", "paper")])
+def test_learning_rate_accepts_up_to_one_and_paper(text, expected):
+    assert learning_rate(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1e-3", "1.5", "inf", "nan", "Paper", *NOT_NUMBERS])
+def test_learning_rate_rejects_zero_above_one_and_words(text):
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        learning_rate(text)
+    assert str(caught.value) == f"expected a number in (0, 1] or 'paper', got {text!r}"
 
 
 @pytest.mark.parametrize("text,expected", [("0", 0.0), ("0.6", 0.6), ("2", 2.0),

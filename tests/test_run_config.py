@@ -33,6 +33,9 @@ def test_run_config_round_trip_and_defaults():
         ({"dataset": "wmt"}, "dataset"),
         ({"batch_size": 0}, "batch_size"),
         ({"label_smoothing": 1.5}, "label_smoothing"),
+        ({"learning_rate": 0.0}, "learning rate in"),
+        ({"learning_rate": "fast"}, "learning rate in"),
+        ({"average_checkpoints": 0}, "average_checkpoints"),
         ({"max_tokens": 1000}, "max_tokens"),
         ({"max_tokens": 1}, "max_tokens"),
         ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
@@ -59,10 +62,14 @@ def test_for_resume_allows_only_some_changes():
 
 
 def test_real_corpora_are_sized_from_the_corpus():
-    from transformer.run.config import RunConfig, size_epochs_and_batches
+    from transformer.run.config import CORPUS_DEFAULTS, RunConfig, size_epochs_and_batches
 
     config = RunConfig(dataset="ted_hrlr_translate/pt_to_en")
     assert (config.epochs, config.warmup_steps, config.batch_tokens) == (None, 4000, None)
+    assert (config.learning_rate, config.peak_learning_rate) == ("paper", None)
+    assert (config.average_checkpoints, config.eval_beam_size) == (
+        1, CORPUS_DEFAULTS["eval_beam_size"])
+    assert RunConfig(data="a.tsv", learning_rate=1e-3).peak_learning_rate == 1e-3
     assert config.tokenizer == "sentencepiece" and config.lower_case is False
     sized = size_epochs_and_batches(25_000, 9.0, config)
     assert sized == {"epochs": 8, "batch_tokens": 576}  # 200,000 pairs seen; 64 x 9 tokens
@@ -74,6 +81,9 @@ def test_real_corpora_are_sized_from_the_corpus():
     assert size_epochs_and_batches(25_000, 9.0, given) == {}
     toy = RunConfig()
     assert (toy.epochs, toy.warmup_steps, toy.batch_tokens) == (4, 400, 0)
+    assert (toy.learning_rate, toy.peak_learning_rate, toy.average_checkpoints) == (
+        "paper", None, 1)
+    assert toy.eval_beam_size == 1
 
 
 def test_configs_written_before_the_tokenizer_choice_load_as_wordpiece():
@@ -87,3 +97,16 @@ def test_configs_written_before_the_tokenizer_choice_load_as_wordpiece():
     saved["lower_case"] = True
     old = RunConfig.from_dict(saved)
     assert (old.tokenizer, old.batch_tokens, old.lower_case) == ("wordpiece", 0, True)
+
+
+def test_configs_written_before_the_peak_and_averaging_keep_the_paper_schedule():
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(dataset="ted_hrlr_translate/pt_to_en", epochs=2, warmup_steps=4000).to_dict()
+    for key in ("learning_rate", "average_checkpoints"):
+        saved.pop(key)
+    saved["format_version"] = 2
+    old = RunConfig.from_dict(saved)
+    assert (old.learning_rate, old.peak_learning_rate, old.average_checkpoints) == (
+        "paper", None, 1)
+    assert old.warmup_steps == 4000

@@ -34,6 +34,7 @@ TINY = {
     "precision": "float32",
     "num_examples": 2,
     "eval_batch_size": 32,
+    "eval_beam_size": 1,
 }
 
 
@@ -118,6 +119,30 @@ def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, ref
     assert again.evaluation.exact_match == resumed.evaluation.exact_match
 
 
+def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplog):
+    """Section 6.1: model.keras holds the mean of the last checkpoints' weights."""
+    from transformer import run
+
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2, average_checkpoints=3)
+    with caplog.at_level("INFO", logger="transformer.run.averaging"):
+        run.train(config, verbose=0, export=False)
+    # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last three are averaged.
+    assert "Averaged the weights of the last 3 checkpoints (steps 6, 8, 10)" in caplog.text
+    averaged, step = load_weights(run_dir)
+    assert step == 10
+    model = keras.saving.load_model(run_dir / "model.keras")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    kept = []
+    for number in (6, 8, 10):
+        checkpoint.restore(str(run_dir / "checkpoints" / f"ckpt-{number}")).expect_partial()
+        kept.append([w.numpy() for w in model.weights])
+    for i, weight in enumerate(averaged):
+        np.testing.assert_allclose(weight, np.mean([k[i] for k in kept], axis=0), atol=1e-6)
+    # The final weights differ from the mean (the run did average).
+    assert any(not np.allclose(a, f) for a, f in zip(averaged, kept[-1]))
+
+
 def test_another_seed_gives_another_run(tiny_tsv, tmp_path, reference_run):
     """The same seed gives the same run: test_resume_mid_epoch_continues_exactly
     trains twice from scratch (tokenizers, initial weights, data order) and ends
@@ -180,3 +205,12 @@ def test_tiny_run_fixture_is_a_complete_run(tiny_run):
 
     translation = Translator.from_run(run_dir)(tiny_run.examples[0][0], return_attention=False)
     assert translation.text == tiny_run.examples[0][2]
+
+
+def test_malloc_thresholds_are_raised_under_glibc():
+    import platform
+
+    from transformer.run.allocator import keep_freed_memory
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_memory() is expected

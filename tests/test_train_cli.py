@@ -25,7 +25,7 @@ TIMEOUT = 300
 TINY = [
     "--preset", "toy", "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
     "--dff", "32", "--dropout", "0", "--batch-size", "16", "--steps-per-epoch", "5",
-    "--warmup-steps", "10", "--precision", "float32", "--examples", "2",
+    "--warmup-steps", "10", "--precision", "float32", "--examples", "2", "--eval-beam", "1",
 ]
 
 

@@ -152,11 +152,26 @@ def test_custom_schedule_at_1_warmup_and_twice_warmup():
     assert float(schedule(0)) == 0.0
 
 
+def test_custom_schedule_with_a_chosen_peak():
+    schedule = CustomSchedule(d_model=128, warmup_steps=300, peak_learning_rate=1e-3)
+    assert float(schedule(300)) == pytest.approx(1e-3, rel=1e-6)
+    assert float(schedule(150)) == pytest.approx(5e-4, rel=1e-6)  # linear rise
+    assert float(schedule(1200)) == pytest.approx(5e-4, rel=1e-6)  # inverse square root
+    assert float(schedule(0)) == 0.0
+    # The paper's formula is the case peak = (d_model * warmup)^-0.5.
+    paper, same = CustomSchedule(128, 4000), CustomSchedule(128, 4000, (128 * 4000) ** -0.5)
+    for step in (1, 1000, 4000, 9000):
+        assert float(same(step)) == pytest.approx(float(paper(step)), rel=1e-6)
+
+
 def test_custom_schedule_rejects_bad_arguments():
     with pytest.raises(ValueError, match="warmup_steps"):
         CustomSchedule(128, warmup_steps=0)
     with pytest.raises(ValueError, match="d_model"):
         CustomSchedule(-1)
+    for bad in (0, -1e-3, 2.0, True, "1e-3"):
+        with pytest.raises(ValueError, match="learning rate in"):
+            CustomSchedule(128, 400, peak_learning_rate=bad)
 
 
 def test_optimizer_serializes_with_its_schedule():
@@ -164,7 +179,10 @@ def test_optimizer_serializes_with_its_schedule():
     config = keras.optimizers.serialize(optimizer)
     restored = keras.optimizers.deserialize(config)
     assert isinstance(restored._learning_rate, CustomSchedule)
-    assert restored._learning_rate.get_config() == {"d_model": 64, "warmup_steps": 100}
+    assert restored._learning_rate.get_config() == {
+        "d_model": 64, "warmup_steps": 100, "peak_learning_rate": None}
+    peaked = keras.optimizers.deserialize(keras.optimizers.serialize(make_optimizer(64, 100, 2e-3)))
+    assert float(peaked._learning_rate(100)) == pytest.approx(2e-3, rel=1e-6)
     assert (restored.beta_1, restored.beta_2, restored.epsilon) == (0.9, 0.98, 1e-9)
 
 

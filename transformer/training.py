@@ -24,6 +24,14 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     with `(d_model * warmup_steps)^-0.5`, and then decays with the inverse
     square root of the step.
 
+    The formula ties the peak to the warm-up, so a short warm-up also means a
+    high peak. `peak_learning_rate` keeps the same shape (linear rise, then the
+    inverse square root) with a chosen peak instead:
+    `lrate = peak * min(step / warmup_steps, (step / warmup_steps)^-0.5)`,
+    which is the paper's formula when `peak = (d_model * warmup_steps)^-0.5`.
+    That lets a short run warm up for a share of the steps it will take
+    without the peak growing.
+
     Keras calls the schedule with the optimizer's `iterations`, which counts the
     updates already applied, so the first update sees step 0 and a learning rate
     of 0, exactly as in the tutorial.
@@ -31,36 +39,60 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     Args:
         d_model: model width.
         warmup_steps: steps of linear warm-up (4000 in the paper).
+        peak_learning_rate: the rate at step `warmup_steps`; None for the
+            paper's `(d_model * warmup_steps)^-0.5`.
 
     Example:
 
     >>> schedule = CustomSchedule(d_model=128, warmup_steps=4000)
     >>> round(float(schedule(4000)), 6)
     0.000699
+    >>> round(float(CustomSchedule(128, 400, peak_learning_rate=1e-3)(1600)), 6)
+    0.0005
     """
 
-    def __init__(self, d_model, warmup_steps=4000):
+    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("warmup_steps", warmup_steps)
+        if peak_learning_rate is not None:
+            check_learning_rate(peak_learning_rate)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
+        self.peak_learning_rate = peak_learning_rate
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
         arg1 = tf.math.rsqrt(step)  # inf at step 0; the min below picks arg2 = 0
         arg2 = step * (float(self.warmup_steps) ** -1.5)
-        return tf.math.rsqrt(tf.cast(self.d_model, tf.float32)) * tf.math.minimum(arg1, arg2)
+        if self.peak_learning_rate is None:
+            scale = tf.math.rsqrt(tf.cast(self.d_model, tf.float32))
+        else:  # the same curve, scaled so that its value at warmup_steps is the peak
+            scale = self.peak_learning_rate * float(self.warmup_steps) ** 0.5
+        return scale * tf.math.minimum(arg1, arg2)
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
+                "peak_learning_rate": self.peak_learning_rate}
 
 
-def make_optimizer(d_model: int, warmup_steps: int = 4000) -> keras.optimizers.Adam:
+def check_learning_rate(learning_rate) -> float:
+    """Checks a peak learning rate: a number in (0, 1]."""
+    if (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float))
+            or not 0 < learning_rate <= 1):
+        raise ValueError(
+            f"Expected a learning rate in (0, 1]. Received: learning_rate={learning_rate!r}"
+        )
+    return float(learning_rate)
+
+
+def make_optimizer(
+    d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None
+) -> keras.optimizers.Adam:
     """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
     `CustomSchedule` (section 5.3 of Vaswani et al., 2017)."""
     return keras.optimizers.Adam(
-        CustomSchedule(d_model, warmup_steps),
+        CustomSchedule(d_model, warmup_steps, peak_learning_rate),
         beta_1=ADAM_BETA_1,
         beta_2=ADAM_BETA_2,
         epsilon=ADAM_EPSILON,

@@ -105,6 +105,22 @@ def rate(text: str) -> float:
     return value
 
 
+def learning_rate(text: str) -> float | str:
+    """Argument type: a learning rate in (0, 1], or `paper` (returned as is).
+
+    Example:
+        >>> learning_rate("1e-3"), learning_rate("paper")
+        (0.001, 'paper')
+    """
+    if text == "paper":
+        return text
+    value = _float_or_none(text)
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a number in (0, 1] or 'paper', got {text!r}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     """Argument type: a finite number >= 0, such as beam search's length penalty.
 

@@ -24,6 +24,7 @@ import sys
 from transformer.cli.common import (
     OneLineErrorParser,
     hide_native_stderr,
+    learning_rate,
     non_negative_int,
     positive_int,
     rate,
@@ -190,8 +191,15 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        default=default(None),
                        help="learning-rate warm-up of the paper's schedule (default: "
                        f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
-                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper; a "
-                       "shorter warm-up also raises the schedule's peak)")
+                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper: on "
+                       "real text a run shorter than the warm-up learnt better than a short "
+                       "warm-up to a fixed peak, see BENCHMARKS.md)")
+    group.add_argument("--learning-rate", type=learning_rate, metavar="PEAK",
+                       default=default(d.learning_rate),
+                       help="the schedule's peak, reached after the warm-up and then "
+                       "decaying as the inverse square root of the step; 'paper' for the "
+                       "paper's (d_model * warmup)^-0.5, which grows as the warm-up "
+                       f"shrinks (default: {d.learning_rate})")
     group.add_argument("--label-smoothing", type=rate, metavar="EPS",
                        default=default(d.label_smoothing),
                        help=f"label smoothing, 0 for none (default: {d.label_smoothing})")
@@ -202,6 +210,12 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        default=default(d.checkpoint_every),
                        help="save the training state every N steps, and after every epoch "
                        f"(default: {d.checkpoint_every})")
+    group.add_argument("--average-checkpoints", type=positive_int, metavar="N",
+                       default=default(d.average_checkpoints),
+                       help="the trained model is the mean of the weights of the last N "
+                       "checkpoints (section 6.1 of the paper; it helps once a run has "
+                       "converged, not in a short run that is still improving); 1 keeps "
+                       f"the final weights (default: {d.average_checkpoints})")
 
     group = parser.add_argument_group("run")
     group.add_argument("--output-dir", metavar="DIR", default=default(None),
@@ -216,10 +230,11 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help="do not export the translator to <output-dir>/export (default: "
                        "export it)")
     group.add_argument("--eval-beam", type=positive_int, metavar="N",
-                       default=default(d.eval_beam_size),
+                       default=default(None),
                        help="beam size of the final evaluation's translations; 1 is greedy, "
                        f"more is the paper's beam search with alpha 0.6 (default: "
-                       f"{d.eval_beam_size})")
+                       f"{TOY_DEFAULTS['eval_beam_size']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['eval_beam_size']} otherwise)")
     group.add_argument("--examples", type=non_negative_int, metavar="N",
                        default=default(d.num_examples),
                        help=f"example translations to print (default: {d.num_examples})")

@@ -43,6 +43,8 @@ from transformer.run.callbacks import (
     TrainingError,
     optimizer_step,
 )
+from transformer.run.allocator import keep_freed_memory
+from transformer.run.averaging import average_last_checkpoints
 from transformer.run.config import (
     CONFIG_FORMAT_VERSION,
     RunConfig,
@@ -157,6 +159,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         data = _load_data(session)
         state = _build_model(session, data)
         history, final_step = _fit(session, data, state, verbose)
+        average_last_checkpoints(state.checkpoint, state.checkpoint_manager,
+                                 session.config.average_checkpoints)
         fingerprint = _save_model(session, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
@@ -228,6 +232,7 @@ class _ModelState:
     """The compiled model, its checkpoints and the step it starts from."""
 
     model: keras.Model
+    checkpoint: tf.train.Checkpoint
     checkpoint_manager: tf.train.CheckpointManager
     initial_step: int
 
@@ -239,6 +244,7 @@ class _ModelState:
 
 def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
     """Creates the strategy (first, as `tf.distribute` requires) and checks the run directory."""
+    keep_freed_memory()
     strategy = make_strategy(config.strategy, config.cpu_devices)
     chief = is_chief(strategy)
     saved = _prepare_run_dir(config, resume, chief)
@@ -299,7 +305,9 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         keras.utils.set_random_seed(config.seed)
         model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
         model.compile(
-            optimizer=make_optimizer(config.model.d_model, config.warmup_steps),
+            optimizer=make_optimizer(
+                config.model.d_model, config.warmup_steps, config.peak_learning_rate
+            ),
             loss=MaskedLoss(config.label_smoothing),
             metrics=[masked_accuracy],
             jit_compile=config.jit_compile,
@@ -308,7 +316,7 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(
         checkpoint, str(session.write_dir / rundir.CHECKPOINTS_DIR),
-        max_to_keep=MAX_CHECKPOINTS_KEPT,
+        max_to_keep=max(MAX_CHECKPOINTS_KEPT, config.average_checkpoints),
     )
     if session.resuming:
         latest = tf.train.latest_checkpoint(str(run_dir / rundir.CHECKPOINTS_DIR))
@@ -328,7 +336,8 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         epoch, batch = divmod(initial_step, config.steps_per_epoch)
         logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                     epoch + 1, batch)
-    return _ModelState(model=model, checkpoint_manager=manager, initial_step=initial_step)
+    return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
+                       initial_step=initial_step)
 
 
 def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[dict, int]:

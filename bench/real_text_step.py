@@ -1,0 +1,136 @@
+"""Training steps on real text: what the allocator and the XLA loss cost.
+
+`train.py` on a real corpus batches pairs of about equal length under a
+token budget (section 5.1), so the shapes of its batches vary from step to
+step. This script times such steps, each variant in its own process (glibc's
+malloc settings are per process), the variants alternating over `--rounds`
+rounds, so that the ratios are paired within the same minutes of a shared
+machine:
+
+- `default`: the library as `train.py` runs it (glibc thresholds raised by
+  `transformer.run.allocator.keep_freed_memory`, the loss compiled by XLA);
+- `glibc`: the same with glibc's own malloc thresholds;
+- `no-xla-loss`: the loss run by TensorFlow's kernels instead of XLA (no
+  compilation per new batch shape).
+
+Each process builds SentencePiece vocabularies from the training file, then
+times `--steps` steps of the tutorial preset (float32) twice: the first ones
+of the stream (every new batch shape is compiled) and the next ones (most
+shapes seen). It reports milliseconds per
+step of wall time and of user and system CPU time.
+
+Command (the development corpus of the project's real-text work):
+    python bench/real_text_step.py --data ../shared/data/ui-es-en/train.tsv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from real_text_scoring import machine  # noqa: E402
+VARIANTS = ("default", "glibc", "no-xla-loss")
+
+
+def _usage():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), usage.ru_utime, usage.ru_stime
+
+
+def _per_step(start, end, steps):
+    return [round((b - a) / steps * 1000, 1) for a, b in zip(start, end)]
+
+
+def worker(args) -> dict:
+    """One variant in this process; returns ms per step (wall, user, sys) per pass."""
+    sys.path.insert(0, str(ROOT))
+    from transformer.run import allocator
+
+    if args.variant != "glibc":
+        allocator.keep_freed_memory()
+    import keras
+    import tensorflow as tf
+
+    from transformer import training
+    from transformer.data import load_corpus
+    from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
+    from transformer.data.tokenizers import build_tokenizers
+    from transformer.model import TransformerConfig
+
+    if args.variant == "no-xla-loss":
+        training._xla_token_losses = tf.function(training.token_losses)
+    corpus = load_corpus(data=args.data, seed=0)
+    tokenizers = build_tokenizers(corpus.train, 8000, False, kind="sentencepiece")
+    tokens = tokenize_pairs(corpus.train, tokenizers, 256)
+    keras.utils.set_random_seed(0)
+    config = TransformerConfig.from_preset("tutorial")
+    model = config.build_model(int(tokenizers.source.get_vocab_size()),
+                               int(tokenizers.target.get_vocab_size()))
+    model.compile(optimizer=training.make_optimizer(128, 4000),
+                  loss=training.MaskedLoss(0.1), metrics=[training.masked_accuracy])
+    stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0)
+    model.fit(stream.take(5), verbose=0)  # builds the model
+    passes = {}
+    for index, name in enumerate(("first steps", "next steps")):
+        start = _usage()
+        model.fit(stream.skip(5 + index * args.steps).take(args.steps), verbose=0)
+        passes[name] = _per_step(start, _usage(), args.steps)
+    return passes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="a TSV of training pairs")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch-tokens", type=int, default=684)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--output", default=str(ROOT / "bench/results/real_text_step.json"))
+    args = parser.parse_args(argv)
+    if args.variant:  # a worker process
+        print(json.dumps(worker(args)))
+        return 0
+    runs = {variant: [] for variant in args.variants}
+    for round_index in range(args.rounds):
+        for variant in args.variants:
+            command = [sys.executable, __file__, "--data", args.data, "--steps", str(args.steps),
+                       "--batch-tokens", str(args.batch_tokens), "--variant", variant]
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+            out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[variant].append(result)
+            print(f"round {round_index + 1} {variant}: {result}", flush=True)
+    summary = {}
+    for variant, results in runs.items():
+        summary[variant] = {
+            name: [statistics.median(r[name][i] for r in results) for i in range(3)]
+            for name in results[0]
+        }
+    print("\nms per step (wall, user CPU, system CPU), medians over rounds:")
+    for variant, passes in summary.items():
+        print(f"  {variant:12s} " + "; ".join(f"{k}: {v}" for k, v in passes.items()))
+    if "default" in summary:
+        for variant in summary:
+            if variant != "default":
+                ratio = [round(summary[variant][k][0] / summary["default"][k][0], 2)
+                         for k in summary["default"]]
+                print(f"  {variant} / default wall time (first, second pass): {ratio}")
+    record = {"machine": machine(), "precision": "float32", "args": vars(args), "runs": runs,
+              "summary": summary}
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
