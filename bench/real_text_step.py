@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from real_text_scoring import machine  # noqa: E402
+
 VARIANTS = ("default", "glibc", "no-xla-loss")
 
 
@@ -47,7 +48,7 @@ def _usage():
 
 
 def _per_step(start, end, steps):
-    return [round((b - a) / steps * 1000, 1) for a, b in zip(start, end)]
+    return [round((b - a) / steps * 1000, 1) for a, b in zip(start, end, strict=True)]
 
 
 def worker(args) -> dict:

@@ -140,7 +140,7 @@ def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplo
     for i, weight in enumerate(averaged):
         np.testing.assert_allclose(weight, np.mean([k[i] for k in kept], axis=0), atol=1e-6)
     # The final weights differ from the mean (the run did average).
-    assert any(not np.allclose(a, f) for a, f in zip(averaged, kept[-1]))
+    assert any(not np.allclose(a, f) for a, f in zip(averaged, kept[-1], strict=True))
 
 
 def test_another_seed_gives_another_run(tiny_tsv, tmp_path, reference_run):

@@ -40,7 +40,7 @@ def average_last_checkpoints(
     for path in paths:
         checkpoint.restore(path).expect_partial()
         weights = model.get_weights()
-        total = weights if total is None else [t + w for t, w in zip(total, weights)]
+        total = weights if total is None else [t + w for t, w in zip(total, weights, strict=True)]
     model.set_weights([t / len(paths) for t in total])
     steps = ", ".join(path.rsplit("-", 1)[-1] for path in paths)
     logger.info("Averaged the weights of the last %d checkpoints (steps %s).", len(paths), steps)

@@ -35,6 +35,8 @@ from transformer.data.batching import (
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.run.allocator import keep_freed_memory
+from transformer.run.averaging import average_last_checkpoints
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
@@ -43,8 +45,6 @@ from transformer.run.callbacks import (
     TrainingError,
     optimizer_step,
 )
-from transformer.run.allocator import keep_freed_memory
-from transformer.run.averaging import average_last_checkpoints
 from transformer.run.config import (
     CONFIG_FORMAT_VERSION,
     RunConfig,
