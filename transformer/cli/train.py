@@ -213,8 +213,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--average-checkpoints", type=positive_int, metavar="N",
                        default=default(d.average_checkpoints),
                        help="the trained model is the mean of the weights of the last N "
-                       "checkpoints (section 6.1 of the paper; it helps once a run has "
-                       "converged, not in a short run that is still improving); 1 keeps "
+                       "checkpoints (section 6.1 of the paper; in short runs that were "
+                       "still improving it lowered BLEU, see BENCHMARKS.md); 1 keeps "
                        f"the final weights (default: {d.average_checkpoints})")
 
     group = parser.add_argument_group("run")
