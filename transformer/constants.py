@@ -26,3 +26,7 @@ DEFAULT_MAX_LENGTH = 2048
 # The most output tokens a translation gets by default (`[END]` included),
 # never more than the model's `max_length`.
 DEFAULT_MAX_OUTPUT_LENGTH = 128
+
+# `learning_rate` of a run that uses the paper's schedule, whose peak follows
+# from d_model and the warm-up (`transformer.training.CustomSchedule`).
+PAPER_LEARNING_RATE = "paper"

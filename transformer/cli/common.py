@@ -14,6 +14,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from transformer.constants import PAPER_LEARNING_RATE
+
 __all__ = [
     "OneLineErrorParser",
     "hide_native_stderr",
@@ -112,12 +114,12 @@ def learning_rate(text: str) -> float | str:
         >>> learning_rate("1e-3"), learning_rate("paper")
         (0.001, 'paper')
     """
-    if text == "paper":
+    if text == PAPER_LEARNING_RATE:
         return text
     value = _float_or_none(text)
     if value is None or not 0 < value <= 1:
         raise argparse.ArgumentTypeError(
-            f"expected a number in (0, 1] or 'paper', got {text!r}")
+            f"expected a number in (0, 1] or {PAPER_LEARNING_RATE!r}, got {text!r}")
     return value
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from transformer import rundir
 from transformer._validation import check_positive_int
+from transformer.constants import PAPER_LEARNING_RATE
 from transformer.data.loading import DATASETS
 from transformer.data.tokenizers import TOKENIZER_KINDS
 from transformer.model import PRESETS, TransformerConfig
@@ -21,9 +22,6 @@ DEFAULT_RUNS_DIR = "runs"
 # `learning_rate` and `average_checkpoints` (older files load with their
 # defaults: the paper's schedule and the final weights).
 CONFIG_FORMAT_VERSION = 3
-# `learning_rate` of the paper's schedule, whose peak follows from d_model and
-# the warm-up (`transformer.training.CustomSchedule`).
-PAPER_LEARNING_RATE = "paper"
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
