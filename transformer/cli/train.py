@@ -29,6 +29,7 @@ from transformer.cli.common import (
     positive_int,
     rate,
     report_error,
+    use_tensorflow_memory_pool,
 )
 
 
@@ -53,6 +54,7 @@ def _import_tensorflow_quietly():
 
 # Before the library is imported: it imports TensorFlow.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # hide the C++ logs of TensorFlow (its errors raise in Python)
+use_tensorflow_memory_pool()
 _import_tensorflow_quietly()
 
 import tensorflow as tf  # noqa: E402
