@@ -15,6 +15,7 @@ import pytest
 
 from transformer.cli.common import (
     OneLineErrorParser,
+    duration,
     learning_rate,
     non_negative_float,
     non_negative_int,
@@ -76,6 +77,25 @@ def test_learning_rate_rejects_zero_above_one_and_words(text):
     with pytest.raises(argparse.ArgumentTypeError) as caught:
         learning_rate(text)
     assert str(caught.value) == f"expected a number in (0, 1] or 'paper', got {text!r}"
+
+
+@pytest.mark.parametrize("text,expected", [("600", 600.0), ("600s", 600.0), ("10m", 600.0),
+                                           ("1h30m", 5400.0), ("1.5h", 5400.0),
+                                           ("2m30s", 150.0), (" 10M ", 600.0)])
+def test_duration_accepts_hours_minutes_and_seconds(text, expected):
+    assert duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "m", "ten minutes", "10m1h", "-5m", "1e3", "5d"])
+def test_duration_rejects_what_is_not_a_duration(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as"):
+        duration(text)
+
+
+@pytest.mark.parametrize("text", ["0", "0m", "0h0m0s"])
+def test_duration_rejects_zero(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="above zero"):
+        duration(text)
 
 
 @pytest.mark.parametrize("text,expected", [("0", 0.0), ("0.6", 0.6), ("2", 2.0),

@@ -36,6 +36,9 @@ def test_run_config_round_trip_and_defaults():
         ({"learning_rate": 0.0}, "learning rate in"),
         ({"learning_rate": "fast"}, "learning rate in"),
         ({"average_checkpoints": 0}, "average_checkpoints"),
+        ({"time_budget": 0}, "time_budget"),
+        ({"time_budget": float("inf")}, "time_budget"),
+        ({"time_budget": "10m"}, "time_budget"),
         ({"max_tokens": 1000}, "max_tokens"),
         ({"max_tokens": 1}, "max_tokens"),
         ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
@@ -53,8 +56,10 @@ def test_for_resume_allows_only_some_changes():
     from transformer.run.config import RunConfig
 
     saved = RunConfig(output_dir="runs/x", epochs=2, steps_per_epoch=10)
-    resumed = saved.for_resume(epochs=5, checkpoint_every=7, d_model=saved.model.d_model)
+    resumed = saved.for_resume(epochs=5, checkpoint_every=7, d_model=saved.model.d_model,
+                               time_budget=60.0)
     assert (resumed.epochs, resumed.checkpoint_every, resumed.steps_per_epoch) == (5, 7, 10)
+    assert resumed.time_budget == 60.0
     with pytest.raises(ValueError, match=r"Cannot change `d_model` when resuming.*d_model=64"):
         saved.for_resume(d_model=32)
     with pytest.raises(ValueError, match="Cannot change `seed`"):
@@ -79,6 +84,11 @@ def test_real_corpora_are_sized_from_the_corpus():
     assert size_epochs_and_batches(25_000, 9.0, mirrored)["batch_tokens"] == 0
     given = RunConfig(dataset="ted_hrlr_translate/pt_to_en", epochs=3, batch_tokens=0)
     assert size_epochs_and_batches(25_000, 9.0, given) == {}
+    # With a time budget the epochs are only a cap; given epochs stay.
+    budget = RunConfig(dataset="ted_hrlr_translate/pt_to_en", time_budget=600.0)
+    assert size_epochs_and_batches(25_000, 9.0, budget)["epochs"] == 20
+    both = RunConfig(dataset="ted_hrlr_translate/pt_to_en", time_budget=600.0, epochs=3)
+    assert "epochs" not in size_epochs_and_batches(25_000, 9.0, both)
     toy = RunConfig()
     assert (toy.epochs, toy.warmup_steps, toy.batch_tokens) == (4, 400, 0)
     assert (toy.learning_rate, toy.peak_learning_rate, toy.average_checkpoints) == (

@@ -125,7 +125,7 @@ def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplo
 
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2, average_checkpoints=3)
-    with caplog.at_level("INFO", logger="transformer.run.averaging"):
+    with caplog.at_level("INFO", logger="transformer.run.checkpoints"):
         run.train(config, verbose=0, export=False)
     # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last three are averaged.
     assert "Averaged the weights of the last 3 checkpoints (steps 6, 8, 10)" in caplog.text
@@ -214,3 +214,60 @@ def test_malloc_thresholds_are_raised_under_glibc():
 
     expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert keep_freed_memory() is expected
+
+
+def test_time_budget_stops_training_and_is_counted_over_resumes(tiny_tsv, tmp_path, caplog):
+    """A budget shorter than one step stops after the first step; resuming with
+    the same budget trains nothing, and without a budget finishes the epochs."""
+    from transformer import run, rundir
+
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, time_budget=1e-9)
+    with caplog.at_level("INFO", logger="transformer"):
+        stopped = run.train(config, verbose=0, export=False)
+    assert stopped.final_step == 1
+    assert "Time budget of 0 s reached at step 1" in caplog.text
+    assert len(stopped.history["loss"]) == 1  # the partial epoch still validates
+    seconds = rundir.read_json(run_dir / rundir.METRICS_JSON)["train_seconds"]
+    assert seconds > 0
+    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    assert latest.endswith("ckpt-1")
+    assert tf.train.load_variable(latest, "train_seconds/.ATTRIBUTES/VARIABLE_VALUE") > 0
+
+    caplog.clear()
+    with caplog.at_level("INFO", logger="transformer"):
+        again = run.train(run.RunConfig.load(run_dir), resume=True, verbose=0, export=False)
+    assert (again.initial_step, again.final_step) == (1, 1)
+    assert "already used its time budget" in caplog.text
+
+    finished = run.train(config.replace(time_budget=None), resume=True, verbose=0,
+                         export=False)
+    assert (finished.initial_step, finished.final_step) == (1, 10)
+    assert rundir.read_json(run_dir / rundir.METRICS_JSON)["train_seconds"] > seconds
+
+
+def test_a_checkpoint_without_train_seconds_restores_the_model(tmp_path):
+    """Checkpoints written before the training time was kept still resume."""
+    from transformer.run.checkpoints import restore_checkpoint
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    old = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    path = old.save(str(tmp_path / "old" / "ckpt"))
+    saved = [w.numpy() for w in model.weights]
+
+    model.set_weights([np.zeros_like(w) for w in saved])
+    seconds = tf.Variable(0.0, dtype=tf.float64)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
+                                     train_seconds=seconds)
+    restore_checkpoint(checkpoint, path)
+    for a, b in zip(saved, model.weights, strict=True):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert float(seconds.numpy()) == 0.0
+
+    seconds.assign(12.5)
+    newer = checkpoint.save(str(tmp_path / "new" / "ckpt"))
+    seconds.assign(0.0)
+    restore_checkpoint(checkpoint, newer)
+    assert float(seconds.numpy()) == 12.5

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from transformer.constants import PAPER_LEARNING_RATE
 
 __all__ = [
     "OneLineErrorParser",
+    "duration",
     "hide_native_stderr",
     "non_negative_float",
     "non_negative_int",
@@ -122,6 +124,38 @@ def learning_rate(text: str) -> float | str:
         raise argparse.ArgumentTypeError(
             f"expected a number in (0, 1] or {PAPER_LEARNING_RATE!r}, got {text!r}")
     return value
+
+
+_DURATION_UNITS = {"h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"(?:(\d+(?:\.\d*)?)h)?(?:(\d+(?:\.\d*)?)m)?(?:(\d+(?:\.\d*)?)s?)?")
+
+
+def duration(text: str) -> float:
+    """Argument type: a positive duration in seconds, written `90`, `90s`, `10m`, `1h30m`.
+
+    Args:
+        text: the command-line value: hours `h`, minutes `m` and seconds `s`
+            (the unit of a bare number), in that order.
+
+    Returns:
+        The duration in seconds.
+
+    Raises:
+        argparse.ArgumentTypeError: `text` is not such a duration, or is zero.
+
+    Example:
+        >>> duration("10m"), duration("1h30m"), duration("90")
+        (600.0, 5400.0, 90.0)
+    """
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 600, 600s, 10m or 1h30m, got {text!r}")
+    seconds = sum(float(value) * unit for value, unit in
+                  zip(match.groups(), _DURATION_UNITS.values(), strict=True) if value)
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a duration above zero, got {text!r}")
+    return seconds
 
 
 def non_negative_float(text: str) -> float:

@@ -23,6 +23,7 @@ import sys
 
 from transformer.cli.common import (
     OneLineErrorParser,
+    duration,
     hide_native_stderr,
     learning_rate,
     non_negative_int,
@@ -178,6 +179,14 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        f"{TOY_DEFAULTS['epochs']} for the toy corpus; otherwise sized from the "
                        f"corpus: enough to see about {TARGET_PAIRS_SEEN:,} pairs, "
                        f"{MIN_EPOCHS} to {MAX_EPOCHS} epochs)")
+    group.add_argument("--time-budget", type=duration, metavar="DURATION",
+                       default=default(d.time_budget),
+                       help="stop training after this much time (600, 600s, 10m, 1h30m; "
+                       "validation included, the final evaluation not), counted over "
+                       "--resume, or after --epochs, whichever comes first; without "
+                       f"--epochs the cap is {MAX_EPOCHS} epochs. The learning-rate "
+                       "schedule does not depend on the run's length, so nothing else "
+                       "changes (default: none)")
     group.add_argument("--steps-per-epoch", type=positive_int, metavar="N",
                        default=default(d.steps_per_epoch),
                        help="updates per epoch (default: "

@@ -116,12 +116,79 @@ class CheckpointSaver(keras.callbacks.Callback):
         self._save()
 
 
-class EpochSummary(keras.callbacks.Callback):
-    """Logs one line per epoch: step, time, losses, accuracies and learning rate."""
+def format_seconds(seconds: float) -> str:
+    """`seconds` as people read a duration: `45 s`, `12 min 5 s`, `1 h 30 min`.
 
-    def __init__(self, epochs: int):
+    Example:
+
+    >>> format_seconds(725), format_seconds(5400)
+    ('12 min 5 s', '1 h 30 min')
+    """
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"
+
+
+class TrainingClock(keras.callbacks.Callback):
+    """Counts the run's training seconds and stops training at a time budget.
+
+    The count is kept in `seconds`, a variable of the run's checkpoint, so a
+    resumed run continues it; it includes each epoch's validation. With a
+    `budget`, training stops after the first step at or past it (Keras still
+    ends the epoch: validation, logs, checkpoint). Put it before the
+    checkpoint saver, so that every checkpoint holds the time up to its step.
+
+    Args:
+        seconds: a float64 `tf.Variable`, the seconds already trained.
+        budget: the most seconds of training, or None for no limit.
+    """
+
+    def __init__(self, seconds: tf.Variable, budget: float | None = None):
+        super().__init__()
+        self.seconds = seconds
+        self.budget = budget
+        self._base = 0.0
+        self._started = 0.0
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the budget is used up (never without a budget)."""
+        return self.budget is not None and float(self.seconds.numpy()) >= self.budget
+
+    def _update(self) -> float:
+        elapsed = self._base + time.perf_counter() - self._started
+        self.seconds.assign(elapsed)
+        return elapsed
+
+    def on_train_begin(self, logs=None):
+        self._base = float(self.seconds.numpy())
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        elapsed = self._update()
+        if self.budget is not None and elapsed >= self.budget and not self.model.stop_training:
+            self.model.stop_training = True
+            logger.info("Time budget of %s reached at step %d: training stops after this "
+                        "epoch's validation.", format_seconds(self.budget),
+                        optimizer_step(self.model.optimizer))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._update()
+
+
+class EpochSummary(keras.callbacks.Callback):
+    """Logs one line per epoch: step, time, losses, accuracies and learning rate,
+    and with a time budget (`clock`), how much of it is used."""
+
+    def __init__(self, epochs: int, clock: TrainingClock | None = None):
         super().__init__()
         self.epochs = epochs
+        self.clock = clock
         self._started = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -139,5 +206,8 @@ class EpochSummary(keras.callbacks.Callback):
                 parts.append(f"{key} {float(logs[key]):.4f}")
         if "learning_rate" in logs:
             parts.append(f"learning_rate {float(logs['learning_rate']):.2e}")
+        if self.clock is not None and self.clock.budget is not None:
+            parts.append(f"{format_seconds(float(self.clock.seconds.numpy()))} of the "
+                         f"{format_seconds(self.clock.budget)} budget")
         logger.info(" - ".join(parts))
 

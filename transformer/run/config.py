@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
 # added `tokenizer`, `batch_tokens` and `eval_beam_size`; version 3
 # `learning_rate` and `average_checkpoints` (older files load with their
-# defaults: the paper's schedule and the final weights).
-CONFIG_FORMAT_VERSION = 3
+# defaults: the paper's schedule and the final weights); version 4
+# `time_budget` (older files: none).
+CONFIG_FORMAT_VERSION = 4
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -29,6 +31,7 @@ CONFIG_FORMAT_VERSION = 3
 RESUMABLE_FIELDS = frozenset(
     {
         "epochs",
+        "time_budget",
         "checkpoint_every",
         "strategy",
         "cpu_devices",
@@ -103,7 +106,9 @@ def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config: RunConfi
     {'epochs': 8, 'batch_tokens': 576}
     """
     sized = {}
-    if config.epochs is None:
+    if config.epochs is None and config.time_budget is not None:
+        sized["epochs"] = MAX_EPOCHS  # the budget decides; this is only the cap
+    elif config.epochs is None:
         epochs = round(TARGET_PAIRS_SEEN / max(num_pairs, 1))
         sized["epochs"] = min(MAX_EPOCHS, max(MIN_EPOCHS, epochs))
     if config.batch_tokens is None:
@@ -144,7 +149,13 @@ class RunConfig:
     Training:
         batch_size: global batch size (split across replicas).
         epochs: epochs to train (default: `dataset_defaults`, or sized from
-            the corpus by `size_epochs_and_batches`).
+            the corpus by `size_epochs_and_batches`; `MAX_EPOCHS` with a
+            `time_budget`).
+        time_budget: seconds of training (validation included, evaluation
+            and export not), counted over resumed sessions: training stops at
+            the first step past it, or after `epochs`, whichever comes first.
+            None trains all `epochs`. The paper's schedule does not depend on
+            the run's length, so the budget only decides where it stops.
         steps_per_epoch: updates per epoch; None means one pass over the
             training pairs. `config.json` stores the resolved number.
         batch_tokens: the most (padded) tokens per batch and side: pairs of
@@ -202,6 +213,7 @@ class RunConfig:
     # Training.
     batch_size: int = 64
     epochs: int | None = None
+    time_budget: float | None = None
     steps_per_epoch: int | None = None
     batch_tokens: int | None = None
     warmup_steps: int | None = None
@@ -377,6 +389,13 @@ def _check_numbers(config: RunConfig) -> None:
     for name in ("source_column", "target_column", "num_examples", "seed"):
         _check_non_negative(name, getattr(config, name))
     check_label_smoothing(config.label_smoothing)
+    budget = config.time_budget
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                               or not 0 < budget < math.inf):
+        raise ValueError(
+            "Received an invalid value for argument `time_budget`, expected a positive "
+            f"number of seconds or None. Received: time_budget={budget!r}"
+        )
     if config.learning_rate != PAPER_LEARNING_RATE:
         check_learning_rate(config.learning_rate)
     if config.source_column == config.target_column:

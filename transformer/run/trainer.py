@@ -36,15 +36,17 @@ from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.run.allocator import keep_freed_memory
-from transformer.run.averaging import average_last_checkpoints
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
     LearningRateLogger,
     StopOnNaN,
+    TrainingClock,
     TrainingError,
+    format_seconds,
     optimizer_step,
 )
+from transformer.run.checkpoints import average_last_checkpoints, open_checkpoints
 from transformer.run.config import (
     CONFIG_FORMAT_VERSION,
     RunConfig,
@@ -59,8 +61,6 @@ from transformer.translate import export_translator
 __all__ = ["TrainResult", "TrainingError", "train", "weights_fingerprint"]
 
 logger = logging.getLogger(__name__)
-
-MAX_CHECKPOINTS_KEPT = 3
 
 
 @dataclasses.dataclass
@@ -165,7 +165,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         evaluation, examples, export_dir = None, [], None
         if session.chief:
             evaluation, examples = _evaluate(session, data, state.model)
-            _write_metrics(session, evaluation, final_step, fingerprint)
+            _write_metrics(session, evaluation, final_step, fingerprint,
+                           float(state.train_seconds.numpy()))
             if export:
                 export_dir = _export(session.run_dir)
         return TrainResult(
@@ -229,12 +230,14 @@ class _Data:
 
 @dataclasses.dataclass
 class _ModelState:
-    """The compiled model, its checkpoints and the step it starts from."""
+    """The compiled model, its checkpoints, the step it starts from and the
+    seconds already trained (`train_seconds`, a variable of the checkpoint)."""
 
     model: keras.Model
     checkpoint: tf.train.Checkpoint
     checkpoint_manager: tf.train.CheckpointManager
     initial_step: int
+    train_seconds: tf.Variable
 
 
 # --------------------------------------------------------------------------
@@ -313,15 +316,10 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
             jit_compile=config.jit_compile,
         )
         model.optimizer.build(model.trainable_variables)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-    manager = tf.train.CheckpointManager(
-        checkpoint, str(session.write_dir / rundir.CHECKPOINTS_DIR),
-        max_to_keep=max(MAX_CHECKPOINTS_KEPT, config.average_checkpoints),
+    checkpoint, manager, train_seconds = open_checkpoints(
+        model, session.write_dir / rundir.CHECKPOINTS_DIR, config.average_checkpoints,
+        resume_from=run_dir / rundir.CHECKPOINTS_DIR if session.resuming else None,
     )
-    if session.resuming:
-        latest = tf.train.latest_checkpoint(str(run_dir / rundir.CHECKPOINTS_DIR))
-        if latest:
-            checkpoint.restore(latest).assert_existing_objects_matched()
     initial_step = optimizer_step(model.optimizer)
     logger.info(
         "Model: %s, %s parameters, %s precision; %d steps per epoch of %s.",
@@ -337,7 +335,7 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                     epoch + 1, batch)
     return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
-                       initial_step=initial_step)
+                       initial_step=initial_step, train_seconds=train_seconds)
 
 
 def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[dict, int]:
@@ -348,18 +346,22 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
     """
     config = session.config
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
-    fitter = _Fitter(session, data, state.model, _callbacks(session, state), verbose)
+    clock = TrainingClock(state.train_seconds, config.time_budget)
+    fitter = _Fitter(session, data, state.model, _callbacks(session, state, clock), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
     if step >= total_steps:
         logger.info("%s has already trained all %d epochs (%d steps); evaluating it.",
                     session.run_dir, config.epochs, total_steps)
+    elif clock.exhausted:
+        logger.info("%s has already used its time budget of %s (%d steps); evaluating it.",
+                    session.run_dir, format_seconds(config.time_budget), step)
     else:
         epoch, offset = divmod(step, steps_per_epoch)
         if offset:  # finish the interrupted epoch first
             fitter.fit(epoch, epoch + 1, steps_per_epoch - offset, step)
             epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
-        if epoch < config.epochs:
+        if epoch < config.epochs and not clock.exhausted:
             fitter.fit(epoch, config.epochs, steps_per_epoch, step)
     final_step = optimizer_step(state.model.optimizer)
     if final_step > state.initial_step:
@@ -404,12 +406,15 @@ def _evaluate(session: _Session, data: _Data, model) -> tuple[Evaluation | None,
     return evaluation, examples
 
 
-def _write_metrics(session: _Session, evaluation, final_step: int, fingerprint: str) -> None:
+def _write_metrics(session: _Session, evaluation, final_step: int, fingerprint: str,
+                   train_seconds: float) -> None:
     """Writes `metrics.json`: the test evaluation and facts about the run."""
     metrics = {
         "test": evaluation.to_dict() if evaluation else None,
         "final_step": final_step,
         "epochs": session.config.epochs,
+        # Training and validation over every session of the run (resumes included).
+        "train_seconds": round(train_seconds, 1),
         "weights_sha256": fingerprint,
         # This session's time (metrics.csv has every epoch's logs).
         "seconds": round(time.perf_counter() - session.started, 1),
@@ -493,10 +498,12 @@ def _train_stream(tokens: TokenizedPairs, config: RunConfig, start_step: int) ->
     return stream.with_options(_sharding_options())
 
 
-def _callbacks(session: _Session, state: _ModelState) -> list[keras.callbacks.Callback]:
-    """The callbacks of `fit`, in order: the NaN stop comes before the checkpoint saver."""
+def _callbacks(session: _Session, state: _ModelState,
+               clock: TrainingClock) -> list[keras.callbacks.Callback]:
+    """The callbacks of `fit`, in order: the NaN stop and the clock come before
+    the checkpoint saver."""
     config, run_dir = session.config, session.run_dir
-    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR)]
+    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), clock]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
         _truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
@@ -504,7 +511,7 @@ def _callbacks(session: _Session, state: _ModelState) -> list[keras.callbacks.Ca
     callbacks.append(CheckpointSaver(state.checkpoint_manager, config.checkpoint_every))
     # The progress bar (when shown) finishes its line before the summary.
     callbacks.append(keras.callbacks.ProgbarLogger())
-    callbacks.append(EpochSummary(config.epochs))
+    callbacks.append(EpochSummary(config.epochs, clock))
     if session.chief:
         # Epoch scalars only: train/ and validation/ event files, at step = epoch index.
         callbacks.append(keras.callbacks.TensorBoard(
