@@ -1,26 +1,37 @@
-"""Training steps on real text: what the allocator and the XLA loss cost.
+"""Training steps on real text: what the allocators, the XLA loss and fixed shapes cost.
 
 `train.py` on a real corpus batches pairs of about equal length under a
 token budget (section 5.1), so the shapes of its batches vary from step to
-step. This script times such steps, each variant in its own process (glibc's
-malloc settings are per process), the variants alternating over `--rounds`
+step. This script times such steps, each variant in its own process (the
+allocators are chosen per process), the variants alternating over `--rounds`
 rounds, so that the ratios are paired within the same minutes of a shared
 machine:
 
-- `default`: the library as `train.py` runs it (glibc thresholds raised by
-  `transformer.run.allocator.keep_freed_memory`, the loss compiled by XLA);
+- `default`: the library's `train()` when it is imported by your own code:
+  glibc's malloc thresholds raised by
+  `transformer.run.allocator.keep_freed_memory`, the loss compiled by XLA;
 - `glibc`: the same with glibc's own malloc thresholds;
-- `no-xla-loss`: the loss run by TensorFlow's kernels instead of XLA (no
-  compilation per new batch shape).
+- `no-xla-loss`: `default` with the loss run by TensorFlow's kernels (no
+  compilation per new batch shape);
+- `bfc`: `default` with TensorFlow's own memory pool for CPU tensors
+  (`TF_CPU_ALLOCATOR_USE_BFC=true`), what `train.py` does;
+- `arena1`: `default` with one glibc malloc arena (`M_ARENA_MAX=1`);
+- `bfc-step8`, `bfc-step4`: `bfc` with every batch padded to a fixed shape
+  (lengths rounded up to a multiple of 8 or 4, `batch_tokens // width`
+  rows; `length_step` of `budget_batches_from_tokens`);
+- `bfc-step8-xla`: `bfc-step8` with the whole train step compiled by XLA.
 
 Each process builds SentencePiece vocabularies from the training file, then
 times `--steps` steps of the tutorial preset (float32) twice: the first ones
 of the stream (every new batch shape is compiled) and the next ones (most
-shapes seen). It reports milliseconds per
-step of wall time and of user and system CPU time.
+shapes seen). It reports milliseconds per step of wall time and of user and
+system CPU time, and wall milliseconds per 1,000 real (not padding) target
+tokens, which is the fair measure when the variants pad differently; the
+ratios are against the first variant given.
 
 Command (the development corpus of the project's real-text work):
-    python bench/real_text_step.py --data ../shared/data/ui-es-en/train.tsv
+    python bench/real_text_step.py --data ../shared/data/ui-es-en/train.tsv \
+        --variants default bfc arena1
 """
 
 from __future__ import annotations
@@ -39,7 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from real_text_scoring import machine  # noqa: E402
 
-VARIANTS = ("default", "glibc", "no-xla-loss")
+VARIANTS = ("default", "glibc", "no-xla-loss", "bfc", "arena1", "bfc-step8", "bfc-step4",
+            "bfc-step8-xla")
 
 
 def _usage():
@@ -58,6 +70,10 @@ def worker(args) -> dict:
 
     if args.variant != "glibc":
         allocator.keep_freed_memory()
+    if args.variant == "arena1":
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
     import keras
     import tensorflow as tf
 
@@ -77,14 +93,20 @@ def worker(args) -> dict:
     model = config.build_model(int(tokenizers.source.get_vocab_size()),
                                int(tokenizers.target.get_vocab_size()))
     model.compile(optimizer=training.make_optimizer(128, 4000),
-                  loss=training.MaskedLoss(0.1), metrics=[training.masked_accuracy])
-    stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0)
+                  loss=training.MaskedLoss(0.1), metrics=[training.masked_accuracy],
+                  jit_compile=args.variant.endswith("-xla"))
+    step = int(args.variant.split("step")[1].split("-")[0]) if "step" in args.variant else 1
+    stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0, length_step=step)
     model.fit(stream.take(5), verbose=0)  # builds the model
     passes = {}
     for index, name in enumerate(("first steps", "next steps")):
+        part = stream.skip(5 + index * args.steps).take(args.steps)
+        real = sum(int(tf.math.count_nonzero(labels)) for _, labels in part)
         start = _usage()
-        model.fit(stream.skip(5 + index * args.steps).take(args.steps), verbose=0)
-        passes[name] = _per_step(start, _usage(), args.steps)
+        model.fit(part, verbose=0)
+        end = _usage()
+        passes[name] = _per_step(start, end, args.steps)
+        passes[name + " ms per 1000 target tokens"] = round((end[0] - start[0]) / real * 1e6, 1)
     return passes
 
 
@@ -107,6 +129,8 @@ def main(argv=None) -> int:
             command = [sys.executable, __file__, "--data", args.data, "--steps", str(args.steps),
                        "--batch-tokens", str(args.batch_tokens), "--variant", variant]
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+            if variant.startswith("bfc"):
+                env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
             out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
             result = json.loads(out.stdout.strip().splitlines()[-1])
             runs[variant].append(result)
@@ -114,18 +138,20 @@ def main(argv=None) -> int:
     summary = {}
     for variant, results in runs.items():
         summary[variant] = {
-            name: [statistics.median(r[name][i] for r in results) for i in range(3)]
+            name: ([statistics.median(r[name][i] for r in results) for i in range(3)]
+                   if isinstance(results[0][name], list)
+                   else statistics.median(r[name] for r in results))
             for name in results[0]
         }
     print("\nms per step (wall, user CPU, system CPU), medians over rounds:")
     for variant, passes in summary.items():
         print(f"  {variant:12s} " + "; ".join(f"{k}: {v}" for k, v in passes.items()))
-    if "default" in summary:
-        for variant in summary:
-            if variant != "default":
-                ratio = [round(summary[variant][k][0] / summary["default"][k][0], 2)
-                         for k in summary["default"]]
-                print(f"  {variant} / default wall time (first, second pass): {ratio}")
+    reference = args.variants[0]
+    for variant in args.variants[1:]:
+        ratio = [round(summary[variant][k] / summary[reference][k], 2)
+                 for k in summary[reference] if k.endswith("tokens")]
+        print(f"  {variant} / {reference} wall time per target token "
+              f"(first, next steps): {ratio}")
     record = {"machine": machine(), "precision": "float32", "args": vars(args), "runs": runs,
               "summary": summary}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -206,3 +206,58 @@ def test_budget_stream_is_seeded_endless_and_well_formed(tokenized):
                 [(c.numpy(), x, y) for (c, x), y in
                  budget_batches_from_tokens(tokenized, budget, seed=3).take(steps)])
     assert pairs == len(tokenized)  # the first `steps` batches are one pass
+
+
+def test_fixed_shape_batches_have_one_shape_per_width_and_lose_no_pair(tokenized):
+    """length_step pads both sides to a multiple of it and fills the batch with
+    all-padding rows, so every batch of a width has the same shape."""
+    budget, step = 200, 8
+    steps = batches_per_pass(tokenized, budget, seed=3, length_step=step)
+    batches = [((c.numpy(), x.numpy()), y.numpy()) for (c, x), y in
+               budget_batches_from_tokens(tokenized, budget, seed=3, length_step=step).take(steps)]
+    plain = [((c.numpy(), x.numpy()), y.numpy()) for (c, x), y in
+             budget_batches_from_tokens(tokenized, budget, seed=3).take(5)]
+    shapes = set()
+    real_rows = 0
+    for (context, x), labels in batches:
+        rows, width = context.shape
+        assert width % step == 0 and x.shape == labels.shape == (rows, width)
+        assert rows == budget // width or rows == 1
+        shapes.add(context.shape)
+        real = labels.any(axis=1)
+        # Padding rows are all [PAD] on both sides; real rows start with [START].
+        assert (context[~real] == PAD_ID).all() and (x[~real] == PAD_ID).all()
+        assert (x[real, 0] == START_ID).all() and (context[real, 0] == START_ID).all()
+        real_rows += int(real.sum())
+    assert real_rows == len(tokenized)  # one pass, each pair once
+    # One shape per width, and widths up to max_tokens (64): at most 8 shapes.
+    assert len(shapes) == len({width for _, width in shapes}) <= 64 // step
+    # Without the step, the batches keep their own lengths (and more shapes).
+    assert any(c.shape[1] % step for (c, _), _ in plain)
+
+
+def test_fixed_shape_batch_rows_equal_the_unpadded_pairs(tokenized):
+    budget, step = 200, 8
+    indices = token_budget_batches(
+        np.maximum(np.diff(tokenized.context.row_splits.numpy()),
+                   np.diff(tokenized.target.row_splits.numpy()) - 1),
+        budget, seed=3, pass_index=0, length_step=step)[0]
+    (context, x), labels = next(iter(
+        budget_batches_from_tokens(tokenized, budget, seed=3, length_step=step)))
+    for row, index in enumerate(indices):
+        source = tokenized.context[index].numpy()
+        target = tokenized.target[index].numpy()
+        np.testing.assert_array_equal(context[row, : len(source)], source)
+        assert (context[row, len(source):] == PAD_ID).numpy().all()
+        np.testing.assert_array_equal(x[row, : len(target) - 1], target[:-1])
+        np.testing.assert_array_equal(labels[row, : len(target) - 1], target[1:])
+        assert labels[row, len(target) - 2] == END_ID
+
+
+def test_padded_width_rounds_up_to_the_step():
+    from transformer.data.batching import padded_width
+
+    assert padded_width(np.array([0, 1, 8, 9, 16]), 8).tolist() == [8, 8, 8, 16, 16]
+    assert padded_width(np.array([3, 5]), 1).tolist() == [3, 5]
+    with pytest.raises(ValueError, match="length_step"):
+        padded_width(np.array([3]), 0)

@@ -202,7 +202,7 @@ def pair_lengths(tokenized: TokenizedPairs) -> np.ndarray:
 
 
 def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
-                         pool_batches: int = 100) -> list[np.ndarray]:
+                         pool_batches: int = 100, length_step: int = 1) -> list[np.ndarray]:
     """One pass over the pairs as batches of about equal length under a token budget.
 
     Section 5.1 of Vaswani et al., 2017: "Sentence pairs were batched together
@@ -221,11 +221,14 @@ def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
             longer than that gets a batch of its own.
         seed, pass_index: the order of this pass (the same for the same pair).
         pool_batches: batches per sorting pool; larger pools pad less and mix less.
+        length_step: lengths are rounded up to a multiple of this before
+            batching (see `padded_width`), so that a batch holds at most
+            `batch_tokens // width` pairs of its rounded width.
 
     Returns:
         A list of int64 index arrays, one per batch.
     """
-    lengths = np.asarray(lengths)
+    lengths = padded_width(np.asarray(lengths), length_step)
     rng = np.random.default_rng([seed, pass_index])
     order = rng.permutation(len(lengths))
     pool_size = max(1, int(pool_batches * batch_tokens / max(1.0, lengths.mean())))
@@ -243,8 +246,20 @@ def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
     return batches
 
 
+def padded_width(lengths, length_step: int):
+    """`lengths` rounded up to a multiple of `length_step` (at least `length_step`).
+
+    Example:
+
+    >>> padded_width(np.array([1, 8, 9]), 8).tolist()
+    [8, 8, 16]
+    """
+    check_positive_int("length_step", length_step)
+    return -(-np.maximum(lengths, 1) // length_step) * length_step
+
+
 def budget_batches_from_tokens(
-    tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0
+    tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0, length_step: int = 1
 ) -> tf.data.Dataset:
     """An endless stream of `((context, x), labels)` batches under a token budget.
 
@@ -252,10 +267,20 @@ def budget_batches_from_tokens(
     `p`), so the stream is the same for the same seed and a resumed run can
     skip the batches it has already seen.
 
+    With `length_step` > 1 every batch has a fixed shape for its width: both
+    sides are padded to the batch's longest pair rounded up to a multiple of
+    `length_step` (`width`), and the batch is filled up to `batch_tokens //
+    width` pairs with all-padding rows, which the masked loss and accuracy
+    ignore. A corpus then has a few batch shapes instead of hundreds, and
+    TensorFlow's kernels on the CPU run faster on shapes they have seen
+    (BENCHMARKS.md, "Training speed on real text").
+
     Args:
         tokenized: the output of `tokenize_pairs`.
         batch_tokens: the most padded tokens per batch and side.
         seed: the seed of every pass's order.
+        length_step: pad lengths to a multiple of this; 1 pads each side to its
+            longest sequence and keeps the pairs the budget allows.
 
     Returns:
         A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
@@ -266,21 +291,48 @@ def budget_batches_from_tokens(
     def indices():
         pass_index = 0
         while True:
-            yield from token_budget_batches(lengths, batch_tokens, seed, pass_index)
+            yield from token_budget_batches(
+                lengths, batch_tokens, seed, pass_index, length_step=length_step
+            )
             pass_index += 1
 
     dataset = tf.data.Dataset.from_generator(
         indices, output_signature=tf.TensorSpec([None], tf.int64)
     )
+    if length_step == 1:
+        gather = functools.partial(_gather, tokenized.context, tokenized.target)
+    else:
+        gather = functools.partial(
+            _gather_fixed_shape, tokenized.context, tokenized.target,
+            tf.constant(lengths, tf.int64), batch_tokens, length_step,
+        )
     return dataset.map(
-        functools.partial(_gather, tokenized.context, tokenized.target),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+        gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
     ).prefetch(tf.data.AUTOTUNE)
 
 
-def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0) -> int:
+def _gather_fixed_shape(context_rows, target_rows, lengths, batch_tokens, length_step, indices):
+    """`_gather`'s batch, padded to `(batch_tokens // width, width)` on both sides."""
+    longest = tf.reduce_max(tf.gather(lengths, indices))
+    width = (longest + length_step - 1) // length_step * length_step
+    rows = tf.maximum(tf.cast(batch_tokens, tf.int64) // width, tf.size(indices, tf.int64))
+    context = tf.gather(context_rows, indices).to_tensor(
+        default_value=PAD_ID, shape=tf.stack([rows, width])
+    )  # (rows, width)
+    target = tf.gather(target_rows, indices).to_tensor(
+        default_value=PAD_ID, shape=tf.stack([rows, width + 1])
+    )  # (rows, width + 1)
+    context = tf.cast(context, tf.int64)
+    target = tf.cast(target, tf.int64)
+    return (context, target[:, :-1]), target[:, 1:]
+
+
+def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0,
+                     length_step: int = 1) -> int:
     """How many token-budget batches the first pass over the pairs makes."""
-    return len(token_budget_batches(pair_lengths(tokenized), batch_tokens, seed, 0))
+    return len(token_budget_batches(
+        pair_lengths(tokenized), batch_tokens, seed, 0, length_step=length_step
+    ))
 
 
 def make_batches(
