@@ -586,3 +586,27 @@ def test_cached_decoding_runs_under_mixed_precision():
     assert tokens.dtype == tf.int64 and tokens.shape == (2, 6)
     beam, scores = beam_search_decode(model, sources, 6, beam_size=2, alpha=0.6)
     assert beam.shape == (2, 6) and np.isfinite(scores.numpy()).all()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batches_sorted_by_length_keep_the_order_and_the_results(translator, test_pairs,
+                                                                 beam_size):
+    """A list is decoded in batches of sentences of about equal length; each
+    result is the one the sentence gets in a batch of its own."""
+    sentences = [source for source, _ in test_pairs[:7]]
+    sentences[2] = sentences[2] + " e o gato come o bolo"  # a longer one, out of order
+    batched = translator(sentences, beam_size=beam_size, batch_size=2)
+    for sentence, result in zip(sentences, batched, strict=True):
+        alone = translator(sentence, beam_size=beam_size)
+        assert (result.text, result.tokens, result.input_tokens) == (
+            alone.text, alone.tokens, alone.input_tokens)
+        assert result.score == pytest.approx(alone.score, abs=1e-4)
+    # Attention weights of a batched result are its own sentence's.
+    first = batched[2].attention_weights["decoder_layer1_block2"]
+    alone = translator(sentences[2], beam_size=beam_size).attention_weights
+    np.testing.assert_allclose(first, alone["decoder_layer1_block2"], atol=1e-5)
+
+
+def test_batch_size_must_be_positive(translator):
+    with pytest.raises(ValueError, match="`batch_size`.*Received: batch_size=0"):
+        translator(["o gato"], batch_size=0)

@@ -27,6 +27,11 @@ DEFAULT_MAX_LENGTH = 2048
 # never more than the model's `max_length`.
 DEFAULT_MAX_OUTPUT_LENGTH = 128
 
+# Sentences a `Translator` decodes together (sorted by length first): small
+# enough that a batch of short sentences stops early, large enough to keep the
+# CPU's matrix kernels busy (BENCHMARKS.md, "Translating a test set").
+TRANSLATE_BATCH_SIZE = 128
+
 # `learning_rate` of a run that uses the paper's schedule, whose peak follows
 # from d_model and the warm-up (`transformer.training.CustomSchedule`).
 PAPER_LEARNING_RATE = "paper"

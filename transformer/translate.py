@@ -23,7 +23,12 @@ import tensorflow as tf
 import transformer.model  # noqa: F401 - registers the Keras classes that model.keras names
 from transformer import rundir
 from transformer._validation import check_int_at_least
-from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH, PAD_ID, START_ID
+from transformer.constants import (
+    DEFAULT_MAX_OUTPUT_LENGTH,
+    PAD_ID,
+    START_ID,
+    TRANSLATE_BATCH_SIZE,
+)
 from transformer.data.tokenizers import load_tokenizers
 from transformer.decoding import (
     DEFAULT_ALPHA,
@@ -186,6 +191,11 @@ class Translator:
             when `beam_size > 1`. Greedy decoding ignores it except for `score`.
         return_attention: give the attention weights (default True); they are
             computed on first access of `Translation.attention_weights`.
+        batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
+            A list is sorted by length and cut into batches, so that a batch
+            of short sentences stops early and one sentence that never emits
+            `[END]` only holds up its own batch; the results keep the list's
+            order.
 
     Returns:
         A `Translation` for a string, a list of them for a list.
@@ -291,7 +301,8 @@ class Translator:
         return encoder_tokens, empty.numpy()
 
     def __call__(
-        self, sentence_or_list, max_length=None, beam_size=1, alpha=None, return_attention=True
+        self, sentence_or_list, max_length=None, beam_size=1, alpha=None, return_attention=True,
+        batch_size=TRANSLATE_BATCH_SIZE,
     ):
         single = isinstance(sentence_or_list, (str, bytes))
         sentences = [sentence_or_list] if single else sentence_or_list
@@ -306,6 +317,7 @@ class Translator:
         max_length = self.max_length if max_length is None else max_length
         check_int_at_least("max_length", max_length, 1)
         check_int_at_least("beam_size", beam_size, 1)
+        check_int_at_least("batch_size", batch_size, 1)
         if alpha is None:
             alpha = DEFAULT_ALPHA if beam_size > 1 else 0.0
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (
@@ -324,8 +336,15 @@ class Translator:
         if not sentences:
             return []
 
-        results = self._translate(sentences, int(max_length), int(beam_size), float(alpha),
-                                  return_attention)
+        # Sorted by length (in characters) into batches; results in the list's order.
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        results = [None] * len(sentences)
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            batch = self._translate([sentences[i] for i in indices], int(max_length),
+                                    int(beam_size), float(alpha), return_attention)
+            for index, result in zip(indices, batch, strict=True):
+                results[index] = result
         return results[0] if single else results
 
     def _translate(self, sentences, max_length, beam_size, alpha, return_attention):

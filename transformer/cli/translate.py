@@ -6,8 +6,9 @@
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
 
 Sentences come from the arguments or, without any, from standard input (one
-per line, UTF-8); either way they are translated as one batch. Translations go
-to standard output, one per line, in order. A line of standard input that is
+per line, UTF-8); either way they are sorted by length and translated in
+batches of `transformer.constants.TRANSLATE_BATCH_SIZE`. Translations go to
+standard output, one per line, in the input's order. A line of standard input that is
 not valid UTF-8 is reported on standard error, one line per bad line
 (`<stdin>:3: not valid UTF-8 (byte 0xff at column 8)`), and nothing is
 translated: the exit status is 1. TensorFlow is imported only once the

@@ -58,16 +58,9 @@ def translate_all(
         The translations, in the order of `sentences`.
     """
     translator = Translator(tokenizers, model, max_length=max_length)
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i].split()))
-    texts = [""] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        results = translator(
-            [sentences[i] for i in indices], beam_size=beam_size, return_attention=False
-        )
-        for index, result in zip(indices, results, strict=True):
-            texts[index] = result.text
-    return texts
+    results = translator(list(sentences), beam_size=beam_size, return_attention=False,
+                         batch_size=batch_size)
+    return [result.text for result in results]
 
 
 @dataclasses.dataclass
