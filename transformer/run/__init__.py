@@ -7,7 +7,9 @@ loss, accuracy) is `transformer.training`, the run directory's layout is
 - `config`: `RunConfig` (what `config.json` holds) and the data-dependent defaults.
 - `precision`: the Keras dtype policies and the default for this CPU.
 - `distribute`: the `tf.distribute` strategies (one device, mirrored, multi-worker).
-- `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, checkpoints, summaries).
+- `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, time budget,
+  checkpoints, summaries).
+- `checkpoints`: what a checkpoint holds, resuming from it, averaging the last ones.
 - `evaluation`: exact match, BLEU and token accuracy on sentence pairs.
 - `train`: `train`, which runs all of it and writes the run directory.
 
