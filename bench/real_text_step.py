@@ -50,6 +50,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from real_text_scoring import machine  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from transformer.cli.common import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
+
 VARIANTS = ("default", "glibc", "no-xla-loss", "bfc", "arena1", "bfc-step8", "bfc-step4",
             "bfc-step8-xla")
 
@@ -130,7 +133,7 @@ def main(argv=None) -> int:
                        "--batch-tokens", str(args.batch_tokens), "--variant", variant]
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
             if variant.startswith("bfc"):
-                env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+                env[BFC_ALLOCATOR_ENV] = "true"
             out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
             result = json.loads(out.stdout.strip().splitlines()[-1])
             runs[variant].append(result)

@@ -183,10 +183,15 @@ def batches_from_tokens(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _gather(context_rows, target_rows, indices):
-    """The padded `((context, x), labels)` batch of the pairs `indices`."""
-    context = tf.gather(context_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, src)
-    target = tf.gather(target_rows, indices).to_tensor(default_value=PAD_ID)  # (batch, tgt)
+def _gather(context_rows, target_rows, indices, context_shape=None, target_shape=None):
+    """The padded `((context, x), labels)` batch of the pairs `indices`: each side
+    padded to its longest row, or to the given shapes."""
+    context = tf.gather(context_rows, indices).to_tensor(
+        default_value=PAD_ID, shape=context_shape
+    )  # (batch, src)
+    target = tf.gather(target_rows, indices).to_tensor(
+        default_value=PAD_ID, shape=target_shape
+    )  # (batch, tgt)
     context = tf.cast(context, tf.int64)
     target = tf.cast(target, tf.int64)
     x = target[:, :-1]  # (batch, tgt - 1): [START] w1 ... wk (pad)
@@ -316,15 +321,9 @@ def _gather_fixed_shape(context_rows, target_rows, lengths, batch_tokens, length
     longest = tf.reduce_max(tf.gather(lengths, indices))
     width = (longest + length_step - 1) // length_step * length_step
     rows = tf.maximum(tf.cast(batch_tokens, tf.int64) // width, tf.size(indices, tf.int64))
-    context = tf.gather(context_rows, indices).to_tensor(
-        default_value=PAD_ID, shape=tf.stack([rows, width])
-    )  # (rows, width)
-    target = tf.gather(target_rows, indices).to_tensor(
-        default_value=PAD_ID, shape=tf.stack([rows, width + 1])
-    )  # (rows, width + 1)
-    context = tf.cast(context, tf.int64)
-    target = tf.cast(target, tf.int64)
-    return (context, target[:, :-1]), target[:, 1:]
+    # The target has one more token: x and labels are each `width` long.
+    return _gather(context_rows, target_rows, indices,
+                   tf.stack([rows, width]), tf.stack([rows, width + 1]))
 
 
 def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0,
