@@ -30,6 +30,22 @@ def test_decode_step_equals_the_full_decoder_position_by_position():
         assert cache[0]["self"][0].shape[2] == t + 1  # one more cached position per step
 
 
+def test_tied_embeddings_decode_as_the_naive_loop():
+    """Decoding reads the logits through `final_layer`, which is the shared
+    table when the embeddings are tied (section 3.4)."""
+    model = random_model(seed=4, tie_embeddings=True)
+    sources = tf.constant(random_sources(5, LENGTHS, vocab_size=TARGET_VOCAB))
+    targets = tf.constant(random_sources(6, [6] * len(LENGTHS), vocab_size=TARGET_VOCAB))
+    full = model((sources, targets), training=False).numpy()  # (batch, 6, vocab)
+    cache, cross_mask = start_decoding(model, sources)
+    for t in range(targets.shape[1]):
+        logits, cache = decode_step(model, targets[:, : t + 1], cache, cross_mask)
+        np.testing.assert_allclose(logits.numpy(), full[:, t], atol=2e-4, rtol=1e-4)
+    cached = cached_greedy_decode(model, sources, 12)
+    naive = naive_greedy_decode(model, sources, 12)
+    np.testing.assert_array_equal(np.asarray(cached), np.asarray(naive))
+
+
 def test_output_limits_are_input_length_plus_extra_capped():
     sources = random_sources(0, [9, 3, 2])  # 7, 1 and 0 tokens between [START] and [END]
     np.testing.assert_array_equal(output_limits(sources, 100, 50).numpy(), [57, 51, 50])

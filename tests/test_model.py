@@ -199,7 +199,7 @@ def test_config_to_json_round_trip():
     text = config.to_json()
     data = json.loads(text)
     assert data == {"num_layers": 3, "d_model": 24, "num_heads": 6, "dff": 40,
-                    "dropout_rate": 0.25, "max_length": 17}
+                    "dropout_rate": 0.25, "max_length": 17, "tie_embeddings": False}
     assert list(data) == sorted(data)  # written with sorted keys
     assert TransformerConfig.from_dict(data) == config
     for preset in PRESETS.values():
@@ -211,3 +211,63 @@ def test_config_from_dict_rejects_unknown_fields():
     data.update({"heads": 4, "bogus": 1})
     with pytest.raises(ValueError, match=re.escape("Unknown TransformerConfig fields: ['bogus', 'heads']")):
         TransformerConfig.from_dict(data)
+
+
+# -- tied embeddings (section 3.4) ----------------------------------------------
+
+
+def test_tied_embeddings_share_one_matrix_for_both_embeddings_and_the_logits():
+    keras.utils.set_random_seed(7)
+    tied = _tiny(input_vocab_size=30, target_vocab_size=30, tie_embeddings=True)
+    untied = _tiny(input_vocab_size=30, target_vocab_size=30)
+    logits = tied((CONTEXT, TARGET), training=False)
+    untied((CONTEXT, TARGET))
+    table = tied.encoder.pos_embedding.embedding
+    assert tied.decoder.pos_embedding.embedding is table
+    # One 30 x 16 table less, and no 16 x 30 kernel nor 30 biases.
+    assert untied.count_params() - tied.count_params() == 30 * 16 + 16 * 30 + 30
+    assert not tied.final_layer.weights
+    # The logits are the decoder's output times the table, transposed.
+    hidden, _ = tied.decoder(TARGET, tied.encoder(CONTEXT)[0],
+                             padding_mask=tf.cast(CONTEXT == 0, tf.float32)[:, None, None, :])
+    expected = hidden.numpy() @ table.embeddings.numpy().T
+    np.testing.assert_allclose(logits.numpy(), expected, atol=1e-5)
+    # A change of the table moves the encoder's input, the decoder's input and the logits.
+    table.embeddings.assign(table.embeddings + 0.01)
+    assert not np.allclose(tied((CONTEXT, TARGET), training=False).numpy(), logits.numpy())
+
+
+def test_tied_embeddings_get_one_gradient_from_all_three_uses():
+    keras.utils.set_random_seed(8)
+    model = _tiny(input_vocab_size=30, target_vocab_size=30, tie_embeddings=True)
+    model((CONTEXT, TARGET))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model((CONTEXT, TARGET), training=False) ** 2)
+    names = [v.path for v in model.trainable_variables]
+    assert sum("embedding" in name for name in names) == 1
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(g is not None for g in grads)
+
+
+def test_tied_model_saves_and_loads_with_the_sharing(tmp_path):
+    keras.utils.set_random_seed(9)
+    model = _tiny(input_vocab_size=30, target_vocab_size=30, tie_embeddings=True)
+    model((CONTEXT, TARGET))
+    path = tmp_path / "tied.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.tie_embeddings
+    assert loaded.decoder.pos_embedding.embedding is loaded.encoder.pos_embedding.embedding
+    np.testing.assert_array_equal(
+        loaded((CONTEXT, TARGET)).numpy(), model((CONTEXT, TARGET)).numpy()
+    )
+    assert Transformer.from_config(model.get_config()).get_config() == model.get_config()
+
+
+def test_tied_embeddings_need_one_vocabulary():
+    with pytest.raises(ValueError, match=re.escape(
+            "input_vocab_size=30, target_vocab_size=25")):
+        _tiny(tie_embeddings=True)
+    with pytest.raises(ValueError, match=re.escape("expected (25, 16)")):
+        Decoder(1, 16, 4, 32, vocab_size=25,
+                embedding=keras.layers.Embedding(30, 16))

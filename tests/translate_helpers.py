@@ -19,7 +19,8 @@ SOURCE_VOCAB = 60
 TARGET_VOCAB = 50
 
 
-def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=64):
+def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=64,
+                 tie_embeddings=False):
     """A tiny Transformer with random weights whose greedy outputs vary.
 
     Keras's default initialisation makes a small random decoder repeat one
@@ -27,12 +28,16 @@ def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=
     test. Larger embeddings and sharper attention (bigger query and key
     weights) make every output depend on the source, the position and the
     previous tokens. `end_bias` raises the `[END]` logit so that sentences of
-    a batch stop at different steps.
+    a batch stop at different steps. With `tie_embeddings` the source
+    vocabulary is the target's (one table for both embeddings and the
+    logits, which then have no bias: `end_bias` must be 0).
     """
     keras.utils.set_random_seed(seed)
     model = Transformer(
-        num_layers=2, d_model=32, num_heads=4, dff=64, input_vocab_size=SOURCE_VOCAB,
+        num_layers=2, d_model=32, num_heads=4, dff=64,
+        input_vocab_size=target_vocab_size if tie_embeddings else SOURCE_VOCAB,
         target_vocab_size=target_vocab_size, max_length=max_length, dropout_rate=0.1,
+        tie_embeddings=tie_embeddings,
     )
     model.build(((None, None), (None, None)))
     rng = np.random.default_rng(seed)
@@ -43,6 +48,9 @@ def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=
         elif len(shape) == 2:
             scale = 3.0 if ("/wq/" in weight.path or "/wk/" in weight.path) else 1.0
             weight.assign(rng.normal(0.0, scale / np.sqrt(shape[0]), shape).astype(np.float32))
+    if tie_embeddings:
+        assert not end_bias, "a tied output projection has no bias"
+        return model
     bias = model.final_layer.bias.numpy()
     bias[END_ID] += end_bias
     model.final_layer.bias.assign(bias)

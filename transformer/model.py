@@ -23,7 +23,8 @@ from transformer.positional import PositionalEmbedding
 
 class _Stack(keras.layers.Layer):
     def __init__(
-        self, num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate, **kwargs
+        self, num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
+        embedding=None, **kwargs
     ):
         super().__init__(**kwargs)
         check_positive_int("num_layers", num_layers)
@@ -42,7 +43,8 @@ class _Stack(keras.layers.Layer):
         self.dropout_rate = dropout_rate
         policy = self.dtype_policy
         self.pos_embedding = PositionalEmbedding(
-            vocab_size, d_model, max_length, dtype=policy, name="pos_embedding"
+            vocab_size, d_model, max_length, embedding=embedding, dtype=policy,
+            name="pos_embedding",
         )
         self.dropout = Dropout(dropout_rate, dtype=policy)
 
@@ -71,6 +73,8 @@ class Encoder(_Stack):
         vocab_size: source vocabulary size.
         max_length: longest source sequence.
         dropout_rate: dropout after the embedding and on every sublayer output.
+        embedding: an existing `keras.layers.Embedding` to share (section
+            3.4), or None for the layer's own; see `PositionalEmbedding`.
 
     Call arguments:
         x: int source tokens `(batch, input_len)`; id 0 is padding.
@@ -92,10 +96,12 @@ class Encoder(_Stack):
         vocab_size,
         max_length=DEFAULT_MAX_LENGTH,
         dropout_rate=0.1,
+        embedding=None,
         **kwargs,
     ):
         super().__init__(
-            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate, **kwargs
+            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
+            embedding, **kwargs
         )
         self.enc_layers = [
             EncoderLayer(
@@ -136,6 +142,8 @@ class Decoder(_Stack):
         vocab_size: target vocabulary size.
         max_length: longest target sequence.
         dropout_rate: dropout after the embedding and on every sublayer output.
+        embedding: an existing `keras.layers.Embedding` to share (section
+            3.4), or None for the layer's own; see `PositionalEmbedding`.
 
     Call arguments:
         x: int target tokens `(batch, target_len)` (right-shifted, starting with
@@ -171,10 +179,12 @@ class Decoder(_Stack):
         vocab_size,
         max_length=DEFAULT_MAX_LENGTH,
         dropout_rate=0.1,
+        embedding=None,
         **kwargs,
     ):
         super().__init__(
-            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate, **kwargs
+            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
+            embedding, **kwargs
         )
         self.dec_layers = [
             DecoderLayer(
@@ -233,6 +243,42 @@ class Decoder(_Stack):
 
 
 @keras.saving.register_keras_serializable(package="transformer")
+class TiedOutputProjection(keras.layers.Layer):
+    """The pre-softmax linear transformation with the embedding's weights (section 3.4).
+
+    "We share the same weight matrix between the two embedding layers and the
+    pre-softmax linear transformation": `logits = x @ E^T`, where `E` is the
+    `(vocab_size, d_model)` table of a `keras.layers.Embedding`. The layer has
+    no weights of its own (no bias), so the table is saved once, with the
+    embedding; `Transformer(tie_embeddings=True)` rebuilds the sharing when it
+    is loaded.
+
+    Args:
+        embedding: the `keras.layers.Embedding` whose table is used.
+
+    Call arguments:
+        x: `(..., d_model)`.
+
+    Returns:
+        Logits `(..., vocab_size)` in the layer's compute dtype.
+    """
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        # Not tracked as a sublayer: the embedding belongs to (and is saved
+        # with) the layer that embeds the tokens.
+        object.__setattr__(self, "_embedding", embedding)
+        self.units = embedding.input_dim
+
+    def call(self, x):
+        table = tf.cast(self._embedding.embeddings, self.compute_dtype)  # (vocab, d_model)
+        return tf.matmul(x, table, transpose_b=True)  # (..., vocab)
+
+    def compute_output_shape(self, input_shape):
+        return (*tuple(input_shape)[:-1], self.units)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
 class Transformer(keras.Model):
     """The Transformer of Vaswani et al., 2017 (section 3, figure 1).
 
@@ -246,6 +292,12 @@ class Transformer(keras.Model):
         max_length: longest source or target sequence (rows of the positional
             encoding); a longer input is a `ValueError` naming both lengths.
         dropout_rate: `P_drop`.
+        tie_embeddings: share one weight matrix between the source embedding,
+            the target embedding and the pre-softmax linear transformation
+            (section 3.4). Needs one vocabulary for both languages
+            (`input_vocab_size == target_vocab_size`, e.g. a shared
+            SentencePiece model); `final_layer` is then a
+            `TiedOutputProjection`, without a bias.
 
     Call arguments:
         inputs: a tuple `(context, x)`: int source tokens `(batch, input_len)` and
@@ -278,11 +330,18 @@ class Transformer(keras.Model):
         target_vocab_size,
         max_length=DEFAULT_MAX_LENGTH,
         dropout_rate=0.1,
+        tie_embeddings=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         # The encoder and decoder check the other arguments.
         check_positive_int("target_vocab_size", target_vocab_size)
+        if tie_embeddings and input_vocab_size != target_vocab_size:
+            raise ValueError(
+                "Received `tie_embeddings=True` with two vocabularies, expected one shared "
+                "vocabulary (input_vocab_size == target_vocab_size). Received: "
+                f"input_vocab_size={input_vocab_size}, target_vocab_size={target_vocab_size}"
+            )
         self.num_layers = num_layers
         self.d_model = d_model
         self.num_heads = num_heads
@@ -291,16 +350,23 @@ class Transformer(keras.Model):
         self.target_vocab_size = target_vocab_size
         self.max_length = max_length
         self.dropout_rate = dropout_rate
+        self.tie_embeddings = bool(tie_embeddings)
         policy = self.dtype_policy
         self.encoder = Encoder(
             num_layers, d_model, num_heads, dff, input_vocab_size, max_length, dropout_rate,
             dtype=policy, name="encoder",
         )
+        shared = self.encoder.pos_embedding.embedding if self.tie_embeddings else None
         self.decoder = Decoder(
             num_layers, d_model, num_heads, dff, target_vocab_size, max_length, dropout_rate,
-            dtype=policy, name="decoder",
+            embedding=shared, dtype=policy, name="decoder",
         )
-        self.final_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="final_layer")
+        if self.tie_embeddings:
+            self.final_layer = TiedOutputProjection(shared, dtype=policy, name="final_layer")
+        else:
+            self.final_layer = keras.layers.Dense(
+                target_vocab_size, dtype=policy, name="final_layer"
+            )
 
     def build(self, input_shape):
         context_shape, x_shape = input_shape
@@ -337,6 +403,7 @@ class Transformer(keras.Model):
                 "target_vocab_size": self.target_vocab_size,
                 "max_length": self.max_length,
                 "dropout_rate": self.dropout_rate,
+                "tie_embeddings": self.tie_embeddings,
             }
         )
         return config
@@ -365,6 +432,9 @@ class TransformerConfig:
     dff: int = 512
     dropout_rate: float = 0.1
     max_length: int = 128
+    # One weight matrix for both embeddings and the pre-softmax projection
+    # (section 3.4); needs a shared vocabulary.
+    tie_embeddings: bool = False
 
     def __post_init__(self):
         for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
@@ -408,6 +478,7 @@ class TransformerConfig:
             target_vocab_size=target_vocab_size,
             max_length=self.max_length,
             dropout_rate=self.dropout_rate,
+            tie_embeddings=self.tie_embeddings,
             **kwargs,
         )
         model.build(((None, None), (None, None)))

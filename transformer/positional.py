@@ -66,6 +66,11 @@ class PositionalEmbedding(keras.layers.Layer):
         d_model: embedding width.
         max_length: the longest sequence this layer accepts; the encoding table
             has this many rows.
+        embedding: an existing `keras.layers.Embedding` of `vocab_size` x
+            `d_model` to use instead of a new one, so that two layers share one
+            weight matrix (section 3.4; `Transformer(tie_embeddings=True)`
+            passes the encoder's). Not part of `get_config`: the layer that
+            shares it rebuilds the sharing.
 
     Call arguments:
         x: int tokens of shape `(batch, seq_len)`.
@@ -86,7 +91,8 @@ class PositionalEmbedding(keras.layers.Layer):
     TensorShape([1, 3, 16])
     """
 
-    def __init__(self, vocab_size, d_model, max_length=DEFAULT_MAX_LENGTH, **kwargs):
+    def __init__(self, vocab_size, d_model, max_length=DEFAULT_MAX_LENGTH, embedding=None,
+                 **kwargs):
         super().__init__(**kwargs)
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
@@ -94,14 +100,23 @@ class PositionalEmbedding(keras.layers.Layer):
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.max_length = max_length
-        self.embedding = keras.layers.Embedding(
-            vocab_size, d_model, dtype=self.dtype_policy, name="embedding"
-        )
+        if embedding is None:
+            embedding = keras.layers.Embedding(
+                vocab_size, d_model, dtype=self.dtype_policy, name="embedding"
+            )
+        elif (embedding.input_dim, embedding.output_dim) != (vocab_size, d_model):
+            raise ValueError(
+                "Received an `embedding` of the wrong size, expected "
+                f"({vocab_size}, {d_model}) = (vocab_size, d_model). Received: "
+                f"({embedding.input_dim}, {embedding.output_dim})"
+            )
+        self.embedding = embedding
         self.pos_encoding = positional_encoding(max_length, d_model)  # (max_length, d_model)
         self._scale = math.sqrt(d_model)
 
     def build(self, input_shape):
-        self.embedding.build(input_shape)
+        if not self.embedding.built:  # a shared one may be built already
+            self.embedding.build(input_shape)
         self.built = True
 
     def _check_length(self, seq_len, start_position):
