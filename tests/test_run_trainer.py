@@ -10,14 +10,14 @@ import tensorflow as tf
 from transformer.rundir import RunDirError
 
 
-def test_truncate_metrics_csv(tmp_path):
-    from transformer.run.trainer import _truncate_metrics_csv
+def testtruncate_metrics_csv(tmp_path):
+    from transformer.run.directory import truncate_metrics_csv
 
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,loss\n0,3.0\n1,2.0\n2,1.0\n")
-    _truncate_metrics_csv(path, 2)
+    truncate_metrics_csv(path, 2)
     assert path.read_text() == "epoch,loss\n0,3.0\n1,2.0\n"
-    _truncate_metrics_csv(tmp_path / "absent.csv", 0)  # nothing to do
+    truncate_metrics_csv(tmp_path / "absent.csv", 0)  # nothing to do
 
 
 # --------------------------------------------------------------------------
@@ -271,3 +271,32 @@ def test_a_checkpoint_without_train_seconds_restores_the_model(tmp_path):
     seconds.assign(0.0)
     restore_checkpoint(checkpoint, newer)
     assert float(seconds.numpy()) == 12.5
+
+
+def test_shared_vocabulary_and_cooldown_run_end_to_end(tiny_tsv, tmp_path):
+    """One SentencePiece vocabulary, tied embeddings (section 3.4) and a
+    schedule that ends at 0: the run trains, saves, reloads and translates."""
+    from transformer import run, rundir
+    from transformer.data.tokenizers import load_tokenizers
+    from transformer.training import CustomSchedule
+    from transformer.translate import Translator
+
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, shared_vocab=True, cooldown=0.5)
+    result = run.train(config, verbose=0, export=True)
+    assert result.final_step == 10
+    saved = rundir.read_json(run_dir / rundir.CONFIG_FILE)
+    assert saved["shared_vocab"] and saved["model"]["tie_embeddings"]
+    assert saved["input_vocab_size"] == saved["target_vocab_size"]
+    tokenizers = load_tokenizers(run_dir / rundir.TOKENIZERS_DIR)
+    assert tokenizers.source is tokenizers.target
+    model = keras.saving.load_model(run_dir / "model.keras")
+    assert model.decoder.pos_embedding.embedding is model.encoder.pos_embedding.embedding
+    # The rate of the last update: the cooldown's, 1/5 of the way from its start to 0.
+    expected = CustomSchedule(16, 10, total_steps=10, cooldown=0.5)(9)
+    assert result.history["learning_rate"][-1] == pytest.approx(float(expected), rel=1e-5)
+    assert float(expected) < 0.25 * float(CustomSchedule(16, 10)(9))
+    source, _, translation = result.examples[0]
+    assert Translator.from_run(run_dir)(source, return_attention=False).text == translation
+    reloaded = tf.saved_model.load(str(result.export_dir))
+    assert reloaded(tf.constant([source])).numpy()[0].decode() == translation

@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import logging
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from transformer.data.batching import (
 )
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
-from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.data.tokenizers import build_tokenizers, load_tokenizers
 from transformer.run.allocator import keep_freed_memory
 from transformer.run.callbacks import (
     CheckpointSaver,
@@ -52,10 +51,22 @@ from transformer.run.config import (
     RunConfig,
     size_epochs_and_batches,
 )
+from transformer.run.directory import (
+    check_resume,
+    prepare_run_dir,
+    save_model_atomic,
+    save_tokenizers_anew,
+    truncate_metrics_csv,
+)
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.multiworker import multi_worker_fit_workaround
-from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
+from transformer.training import (
+    MaskedLoss,
+    learning_rate_schedule,
+    make_optimizer,
+    masked_accuracy,
+)
 from transformer.translate import export_translator
 
 __all__ = ["TrainResult", "TrainingError", "train", "weights_fingerprint"]
@@ -250,9 +261,9 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
     keep_freed_memory()
     strategy = make_strategy(config.strategy, config.cpu_devices)
     chief = is_chief(strategy)
-    saved = _prepare_run_dir(config, resume, chief)
+    saved = prepare_run_dir(config, resume, chief)
     if saved is not None:
-        config = _check_resume(config, saved)
+        config = check_resume(config, saved)
     run_dir = config.run_dir
     write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
     if not chief:
@@ -307,10 +318,14 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
     with session.strategy.scope():
         keras.utils.set_random_seed(config.seed)
         model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
+        optimizer = make_optimizer(
+            config.model.d_model, config.warmup_steps, config.peak_learning_rate,
+            total_steps=config.epochs * config.steps_per_epoch, cooldown=config.cooldown,
+        )
+        if config.time_budget is not None and config.cooldown:
+            learning_rate_schedule(optimizer).set_time_progress(0.0)  # ends by time too
         model.compile(
-            optimizer=make_optimizer(
-                config.model.d_model, config.warmup_steps, config.peak_learning_rate
-            ),
+            optimizer=optimizer,
             loss=MaskedLoss(config.label_smoothing),
             metrics=[masked_accuracy],
             jit_compile=config.jit_compile,
@@ -346,7 +361,8 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
     """
     config = session.config
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
-    clock = TrainingClock(state.train_seconds, config.time_budget)
+    clock = TrainingClock(state.train_seconds, config.time_budget,
+                          learning_rate_schedule(state.model.optimizer))
     fitter = _Fitter(session, data, state.model, _callbacks(session, state, clock), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
@@ -374,7 +390,7 @@ def _save_model(session: _Session, model, final_step: int) -> str:
     """Logs the weights' fingerprint and saves `model.keras`; returns the fingerprint."""
     fingerprint = weights_fingerprint(model)
     logger.info("Weights after step %d: sha256 %s", final_step, fingerprint)
-    _save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
+    save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
     return fingerprint
 
 
@@ -443,10 +459,11 @@ def _tokenizers(session: _Session, corpus: Corpus):
         return load_tokenizers(tokenizers_dir)
     config = session.config
     tokenizers = build_tokenizers(
-        corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer
+        corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer,
+        shared=config.shared_vocab,
     )
     if session.chief:
-        _save_tokenizers(tokenizers, tokenizers_dir)
+        save_tokenizers_anew(tokenizers, tokenizers_dir)
     return tokenizers
 
 
@@ -506,7 +523,7 @@ def _callbacks(session: _Session, state: _ModelState,
     callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), clock]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
-        _truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
+        truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
         callbacks.append(keras.callbacks.CSVLogger(str(metrics_csv), append=True))
     callbacks.append(CheckpointSaver(state.checkpoint_manager, config.checkpoint_every))
     # The progress bar (when shown) finishes its line before the summary.
@@ -549,95 +566,6 @@ class _Fitter:
             )
         for key, values in fitted.history.items():
             self.history.setdefault(key, []).extend(float(v) for v in values)
-
-
-# --------------------------------------------------------------------------
-# The run directory: preparation, resume checks and atomic writes
-# --------------------------------------------------------------------------
-
-
-def _run_files(run_dir: Path) -> list[str]:
-    return sorted(entry.name for entry in run_dir.iterdir()) if run_dir.is_dir() else []
-
-
-def _prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> RunConfig | None:
-    """Checks the output directory; returns the saved config when resuming one."""
-    run_dir = config.run_dir
-    if run_dir.exists() and not run_dir.is_dir():
-        raise rundir.RunDirError(f"Output directory {str(run_dir)!r} exists and is not a directory.")
-    files = _run_files(run_dir)
-    has_config = (run_dir / rundir.CONFIG_FILE).is_file()
-    if not resume:
-        if files and chief:
-            listing = ", ".join(files[:4]) + (", ..." if len(files) > 4 else "")
-            raise rundir.RunDirError(
-                f"Output directory {str(run_dir)!r} is not empty (it holds {listing}). "
-                "Continue that run with --resume, or choose another --output-dir."
-            )
-        return None
-    if has_config:
-        return RunConfig.load(run_dir)
-    ours = {
-        rundir.TOKENIZERS_DIR, rundir.CHECKPOINTS_DIR, rundir.LOGS_DIR, rundir.METRICS_CSV,
-    }
-    strangers = [name for name in files if name not in ours]
-    if strangers:
-        raise rundir.RunDirError(
-            f"Cannot resume from {str(run_dir)!r}: it has no {rundir.CONFIG_FILE}, so it is "
-            f"not a training run (it holds {', '.join(strangers[:4])})."
-        )
-    if not chief:
-        raise rundir.RunDirError(
-            f"Cannot resume: this worker cannot read {str(run_dir / rundir.CONFIG_FILE)!r}. "
-            "A multi-worker run resumes only when every worker sees the chief's output "
-            "directory (a shared filesystem at the same path)."
-        )
-    if files:
-        logger.info("Nothing to resume in %s (the run stopped before it began); starting anew.",
-                    run_dir)
-    return None
-
-
-def _check_resume(config: RunConfig, saved: RunConfig) -> RunConfig:
-    """The saved config with the allowed changes of `config`; raises on the others."""
-    changes = config.to_dict()
-    changes.update(changes.pop("model"))
-    # Fields sized from the corpus (None until then) take the saved values.
-    for name in ("steps_per_epoch", "epochs", "batch_tokens"):
-        if getattr(config, name) is None:
-            changes.pop(name)
-    return saved.for_resume(**changes)
-
-
-def _save_tokenizers(tokenizers, directory: Path) -> None:
-    # No rename dance is needed: config.json is written after the tokenizers,
-    # and a directory without config.json is started anew on --resume.
-    shutil.rmtree(directory, ignore_errors=True)
-    save_tokenizers(tokenizers, directory)
-
-
-def _save_model_atomic(model, path: Path) -> None:
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)  # Keras wants the .keras suffix
-    model.save(tmp)
-    os.replace(tmp, path)
-
-
-def _truncate_metrics_csv(path: Path, first_epoch: int) -> None:
-    """Drops the rows of epochs >= `first_epoch` (0-based), which will be written again."""
-    if not path.is_file():
-        return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    if not lines:
-        return
-    kept = [lines[0]]
-    for line in lines[1:]:
-        epoch = line.split(",", 1)[0]
-        if epoch.isdigit() and int(epoch) < first_epoch:
-            kept.append(line)
-    if len(kept) != len(lines):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, path)
 
 
 def _resolve_verbose(verbose) -> int:
