@@ -27,6 +27,34 @@ def test_stop_on_nan_names_the_step():
     assert callback.model.stop_training
 
 
+def test_training_clock_tells_the_schedule_how_much_of_the_budget_is_used(monkeypatch):
+    from transformer.run import callbacks
+
+    now = [100.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+
+    class FakeModel:
+        optimizer = type("FakeOptimizer", (), {"iterations": tf.Variable(3, dtype=tf.int64)})()
+        stop_training = False
+
+    schedule = CustomSchedule(128, 4000, total_steps=100_000, cooldown=0.5)
+    paper = CustomSchedule(128, 4000)
+    seconds = tf.Variable(20.0, dtype=tf.float64)  # 20 s trained before a resume
+    clock = callbacks.TrainingClock(seconds, budget=100.0, schedule=schedule)
+    clock.set_model(FakeModel())
+    clock.on_train_begin()
+    assert float(schedule(1000)) == pytest.approx(float(paper(1000)), rel=1e-6)  # 0.2 used
+    now[0] += 55.0  # 75 of the 100 s: half of the cooldown share is left
+    clock.on_train_batch_end(0)
+    assert float(schedule(1000)) == pytest.approx(0.5 * float(paper(1000)), rel=1e-5)
+    now[0] += 30.0
+    clock.on_train_batch_end(1)
+    assert float(schedule(1000)) == 0.0 and clock.model.stop_training
+    # Without a budget, or a schedule without a cooldown, nothing is told.
+    assert callbacks.TrainingClock(seconds, None, schedule).schedule is None
+    assert callbacks.TrainingClock(seconds, 100.0, paper).schedule is None
+
+
 def _event_scalars(log_dir):
     """`{tag: [(step, value), ...]}` of the TensorBoard event files in `log_dir`."""
     scalars = {}

@@ -43,6 +43,9 @@ def test_run_config_round_trip_and_defaults():
         ({"max_tokens": 1}, "max_tokens"),
         ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
         ({"valid": "v.tsv"}, "without `data`"),
+        ({"cooldown": 1.5}, "cooldown"),
+        ({"cooldown": -0.1}, "cooldown"),
+        ({"data": "a.tsv", "tokenizer": "wordpiece", "shared_vocab": True}, "wordpiece"),
     ],
 )
 def test_run_config_rejects_bad_values(kwargs, match):
@@ -120,3 +123,26 @@ def test_configs_written_before_the_peak_and_averaging_keep_the_paper_schedule()
     assert (old.learning_rate, old.peak_learning_rate, old.average_checkpoints) == (
         "paper", None, 1)
     assert old.warmup_steps == 4000
+
+
+def test_a_shared_vocabulary_ties_the_embeddings():
+    from transformer.run.config import RunConfig
+
+    shared = RunConfig(data="a.tsv", shared_vocab=True)
+    assert shared.model.tie_embeddings
+    assert RunConfig.from_dict(shared.to_dict()) == shared
+    # The model's field follows the run's choice, both ways.
+    untied = RunConfig(data="a.tsv", shared_vocab=False, model=shared.model)
+    assert not untied.model.tie_embeddings
+
+
+def test_configs_written_before_shared_vocabularies_and_cooldown_keep_neither():
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(dataset="ted_hrlr_translate/pt_to_en", epochs=2).to_dict()
+    for key in ("shared_vocab", "cooldown"):
+        saved.pop(key)
+    saved["model"].pop("tie_embeddings")
+    saved["format_version"] = 4
+    old = RunConfig.from_dict(saved)
+    assert (old.shared_vocab, old.cooldown, old.model.tie_embeddings) == (False, 0.0, False)

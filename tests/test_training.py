@@ -174,16 +174,64 @@ def test_custom_schedule_rejects_bad_arguments():
             CustomSchedule(128, 400, peak_learning_rate=bad)
 
 
+def test_cooldown_ends_the_paper_schedule_at_zero():
+    paper = CustomSchedule(128, 4000)
+    ending = CustomSchedule(128, 4000, total_steps=1000, cooldown=0.4)
+    # The paper's rate until the last 40% of the run, then a linear fall to 0.
+    for step in (1, 300, 600):
+        assert float(ending(step)) == pytest.approx(float(paper(step)), rel=1e-6)
+    for step in (700, 800, 950):
+        factor = (1000 - step) / 400
+        assert float(ending(step)) == pytest.approx(factor * float(paper(step)), rel=1e-5)
+    assert float(ending(1000)) == 0.0 and float(ending(1500)) == 0.0
+    # The whole run, with a chosen peak.
+    whole = CustomSchedule(128, 100, peak_learning_rate=1e-3, total_steps=400, cooldown=1.0)
+    assert float(whole(100)) == pytest.approx(1e-3 * 0.75, rel=1e-6)
+
+
+def test_cooldown_by_time_ends_the_run_when_the_budget_does():
+    schedule = CustomSchedule(128, 4000, total_steps=10_000, cooldown=0.5)
+    paper = CustomSchedule(128, 4000)
+    schedule.set_time_progress(0.2)  # by the steps, 0.1 of the run; by time, 0.2
+    assert float(schedule(1000)) == pytest.approx(float(paper(1000)), rel=1e-6)
+    schedule.set_time_progress(0.8)  # 0.4 of the cooldown share left
+    assert float(schedule(1000)) == pytest.approx(0.4 * float(paper(1000)), rel=1e-5)
+    schedule.set_time_progress(1.5)  # past the budget: clipped, rate 0
+    assert float(schedule(1000)) == 0.0
+    # The steps still end it when they come first.
+    schedule.set_time_progress(0.1)
+    assert float(schedule(9000)) == pytest.approx(0.2 * float(paper(9000)), rel=1e-5)
+    # Inside a compiled function the variable is read at every call.
+    compiled = tf.function(lambda step: schedule(step))
+    first = float(compiled(tf.constant(1000)))
+    schedule.set_time_progress(0.9)
+    assert float(compiled(tf.constant(1000))) == pytest.approx(first * 0.2, rel=1e-5)
+
+
+def test_cooldown_rejects_bad_arguments():
+    for bad in (-0.1, 1.5, True, "0.3"):
+        with pytest.raises(ValueError, match="cooldown"):
+            CustomSchedule(128, 400, total_steps=100, cooldown=bad)
+    with pytest.raises(ValueError, match="without `total_steps`"):
+        CustomSchedule(128, 400, cooldown=0.3)
+    with pytest.raises(ValueError, match="total_steps"):
+        CustomSchedule(128, 400, total_steps=0, cooldown=0.3)
+
+
 def test_optimizer_serializes_with_its_schedule():
     optimizer = make_optimizer(64, warmup_steps=100)
     config = keras.optimizers.serialize(optimizer)
     restored = keras.optimizers.deserialize(config)
     assert isinstance(restored._learning_rate, CustomSchedule)
     assert restored._learning_rate.get_config() == {
-        "d_model": 64, "warmup_steps": 100, "peak_learning_rate": None}
+        "d_model": 64, "warmup_steps": 100, "peak_learning_rate": None,
+        "total_steps": None, "cooldown": 0.0}
     peaked = keras.optimizers.deserialize(keras.optimizers.serialize(make_optimizer(64, 100, 2e-3)))
     assert float(peaked._learning_rate(100)) == pytest.approx(2e-3, rel=1e-6)
     assert (restored.beta_1, restored.beta_2, restored.epsilon) == (0.9, 0.98, 1e-9)
+    ending = keras.optimizers.deserialize(keras.optimizers.serialize(
+        make_optimizer(64, 100, total_steps=300, cooldown=0.5)))
+    assert (ending._learning_rate.total_steps, ending._learning_rate.cooldown) == (300, 0.5)
 
 
 def test_compiled_model_saves_and_reloads(tmp_path):

@@ -29,8 +29,17 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     inverse square root) with a chosen peak instead:
     `lrate = peak * min(step / warmup_steps, (step / warmup_steps)^-0.5)`,
     which is the paper's formula when `peak = (d_model * warmup_steps)^-0.5`.
-    That lets a short run warm up for a share of the steps it will take
-    without the peak growing.
+
+    The paper's schedule has no end: a run stopped after a few thousand steps
+    stops at a high rate. `cooldown` gives it one, for a run whose length is
+    known: over the last `cooldown` share of the run the rate is multiplied
+    by a factor that falls linearly from 1 to 0, so that the final update is
+    taken at a rate of 0. The run's length is `total_steps` updates, or a
+    share of a time budget: `set_time_progress(p)` (called by the training
+    run's clock with the share `p` of its budget used) ends the run at
+    `p = 1`, or at `total_steps`, whichever comes first:
+    `lrate = paper(step) * clip((1 - progress) / cooldown, 0, 1)`, with
+    `progress = max(step / total_steps, p)`.
 
     Keras calls the schedule with the optimizer's `iterations`, which counts the
     updates already applied, so the first update sees step 0 and a learning rate
@@ -41,25 +50,52 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: steps of linear warm-up (4000 in the paper).
         peak_learning_rate: the rate at step `warmup_steps`; None for the
             paper's `(d_model * warmup_steps)^-0.5`.
+        total_steps: updates of the whole run; needed with a `cooldown`.
+        cooldown: the share of the run, in [0, 1], at its end over which the
+            rate falls linearly to 0; 0 (the default) is the paper's schedule.
 
     Example:
 
     >>> schedule = CustomSchedule(d_model=128, warmup_steps=4000)
     >>> round(float(schedule(4000)), 6)
-    0.000699
+    0.001398
     >>> round(float(CustomSchedule(128, 400, peak_learning_rate=1e-3)(1600)), 6)
     0.0005
+    >>> ending = CustomSchedule(128, 4000, total_steps=3000, cooldown=0.5)
+    >>> [round(float(ending(step)) / float(schedule(step)), 2) for step in (1000, 2250, 3000)]
+    [1.0, 0.5, 0.0]
     """
 
-    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None):
+    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None, total_steps=None,
+                 cooldown=0.0):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("warmup_steps", warmup_steps)
         if peak_learning_rate is not None:
             check_learning_rate(peak_learning_rate)
+        check_cooldown(cooldown)
+        if total_steps is not None:
+            check_positive_int("total_steps", total_steps)
+        elif cooldown:
+            raise ValueError(
+                "Received `cooldown` without `total_steps`: the rate falls to 0 at the "
+                f"end of the run, which needs its length. Received: cooldown={cooldown}, "
+                "total_steps=None"
+            )
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.peak_learning_rate = peak_learning_rate
+        self.total_steps = total_steps
+        self.cooldown = float(cooldown)
+        self._time_progress = None  # a variable, once a time budget sets it
+
+    def set_time_progress(self, progress: float) -> None:
+        """Ends the run by time: `progress` is the share of its budget already used."""
+        if self._time_progress is None:
+            # Created at first use, under the caller's distribution strategy.
+            self._time_progress = tf.Variable(0.0, trainable=False, dtype=tf.float32,
+                                              name="time_progress")
+        self._time_progress.assign(min(max(float(progress), 0.0), 1.0))
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
@@ -69,11 +105,30 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
             scale = tf.math.rsqrt(tf.cast(self.d_model, tf.float32))
         else:  # the same curve, scaled so that its value at warmup_steps is the peak
             scale = self.peak_learning_rate * float(self.warmup_steps) ** 0.5
-        return scale * tf.math.minimum(arg1, arg2)
+        rate = scale * tf.math.minimum(arg1, arg2)
+        if not self.cooldown:
+            return rate
+        progress = step / float(self.total_steps)
+        if self._time_progress is not None:
+            progress = tf.math.maximum(progress, self._time_progress)
+        return rate * tf.clip_by_value((1.0 - progress) / self.cooldown, 0.0, 1.0)
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
-                "peak_learning_rate": self.peak_learning_rate}
+                "peak_learning_rate": self.peak_learning_rate,
+                "total_steps": self.total_steps, "cooldown": self.cooldown}
+
+
+def check_cooldown(cooldown) -> float:
+    """Checks a cooldown share: a number in [0, 1]."""
+    if isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)) or not (
+        0 <= cooldown <= 1
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `cooldown`, expected a share of the "
+            f"run in [0, 1]. Received: cooldown={cooldown!r}"
+        )
+    return float(cooldown)
 
 
 def check_learning_rate(learning_rate) -> float:
@@ -87,16 +142,27 @@ def check_learning_rate(learning_rate) -> float:
 
 
 def make_optimizer(
-    d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None
+    d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
+    total_steps: int | None = None, cooldown: float = 0.0,
 ) -> keras.optimizers.Adam:
     """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
-    `CustomSchedule` (section 5.3 of Vaswani et al., 2017)."""
+    `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments)."""
     return keras.optimizers.Adam(
-        CustomSchedule(d_model, warmup_steps, peak_learning_rate),
+        CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps, cooldown),
         beta_1=ADAM_BETA_1,
         beta_2=ADAM_BETA_2,
         epsilon=ADAM_EPSILON,
     )
+
+
+def learning_rate_schedule(optimizer):
+    """The `LearningRateSchedule` of a Keras optimizer (also inside a
+    `LossScaleOptimizer`), or None when its rate is a plain number."""
+    inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
+    schedule = getattr(inner if inner is not None else optimizer, "_learning_rate", None)
+    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        return schedule
+    return None
 
 
 def check_label_smoothing(label_smoothing) -> float:

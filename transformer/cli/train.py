@@ -30,6 +30,7 @@ from transformer.cli.common import (
     positive_int,
     rate,
     report_error,
+    share,
     use_tensorflow_memory_pool,
 )
 
@@ -153,6 +154,11 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        "tutorial's BertTokenizer, which lower-cases, strips accents and "
                        "splits punctuation off (the boy ' s book) (default: "
                        f"{CORPUS_DEFAULTS['tokenizer']})")
+    group.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction,
+                       default=default(None),
+                       help="one SentencePiece vocabulary for both languages, with the two "
+                       "embeddings and the pre-softmax weights tied (section 3.4) "
+                       "(default: no)")
 
     group = parser.add_argument_group("model (--num-layers etc. override the preset)")
     group.add_argument("--preset", choices=sorted(PRESETS), default=default(None),
@@ -211,6 +217,12 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        "decaying as the inverse square root of the step; 'paper' for the "
                        "paper's (d_model * warmup)^-0.5, which grows as the warm-up "
                        f"shrinks (default: {d.learning_rate})")
+    group.add_argument("--cooldown", type=share, metavar="SHARE", default=default(None),
+                       help="over the last SHARE of the run (of --epochs, or of "
+                       "--time-budget, whichever ends it first) the learning rate falls "
+                       "linearly to 0; 0 keeps the paper's schedule, which has no end "
+                       f"(default: {TOY_DEFAULTS['cooldown']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['cooldown']} otherwise)")
     group.add_argument("--label-smoothing", type=rate, metavar="EPS",
                        default=default(d.label_smoothing),
                        help=f"label smoothing, 0 for none (default: {d.label_smoothing})")

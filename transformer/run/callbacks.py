@@ -13,6 +13,8 @@ import time
 import keras
 import tensorflow as tf
 
+from transformer.training import learning_rate_schedule
+
 logger = logging.getLogger(__name__)
 
 
@@ -28,12 +30,9 @@ def optimizer_step(optimizer) -> int:
 
 def _current_learning_rate(optimizer) -> float:
     """The learning rate of the update just applied (`iterations` has moved past it)."""
-    schedule = getattr(optimizer, "_learning_rate", None)
-    inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
-    if inner is not None:
-        schedule = getattr(inner, "_learning_rate", schedule)
+    schedule = learning_rate_schedule(optimizer)
     step = max(optimizer_step(optimizer) - 1, 0)
-    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+    if schedule is not None:
         return float(schedule(step))
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
@@ -143,15 +142,23 @@ class TrainingClock(keras.callbacks.Callback):
     ends the epoch: validation, logs, checkpoint). Put it before the
     checkpoint saver, so that every checkpoint holds the time up to its step.
 
+    With a budget and a learning-rate schedule that can end by time
+    (`CustomSchedule` with a cooldown), it tells the schedule after every
+    step which share of the budget is used, so that the rate reaches 0 when
+    the budget does.
+
     Args:
         seconds: a float64 `tf.Variable`, the seconds already trained.
         budget: the most seconds of training, or None for no limit.
+        schedule: the `CustomSchedule` to keep informed, or None.
     """
 
-    def __init__(self, seconds: tf.Variable, budget: float | None = None):
+    def __init__(self, seconds: tf.Variable, budget: float | None = None, schedule=None):
         super().__init__()
         self.seconds = seconds
         self.budget = budget
+        self.schedule = schedule if budget is not None and getattr(
+            schedule, "cooldown", 0) else None
         self._base = 0.0
         self._started = 0.0
 
@@ -163,11 +170,14 @@ class TrainingClock(keras.callbacks.Callback):
     def _update(self) -> float:
         elapsed = self._base + time.perf_counter() - self._started
         self.seconds.assign(elapsed)
+        if self.schedule is not None:
+            self.schedule.set_time_progress(elapsed / self.budget)
         return elapsed
 
     def on_train_begin(self, logs=None):
         self._base = float(self.seconds.numpy())
         self._started = time.perf_counter()
+        self._update()
 
     def on_train_batch_end(self, batch, logs=None):
         elapsed = self._update()

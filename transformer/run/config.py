@@ -15,15 +15,16 @@ from transformer.data.tokenizers import TOKENIZER_KINDS
 from transformer.model import PRESETS, TransformerConfig
 from transformer.run.distribute import STRATEGIES
 from transformer.run.precision import PRECISIONS
-from transformer.training import check_label_smoothing, check_learning_rate
+from transformer.training import check_cooldown, check_label_smoothing, check_learning_rate
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
 # added `tokenizer`, `batch_tokens` and `eval_beam_size`; version 3
 # `learning_rate` and `average_checkpoints` (older files load with their
 # defaults: the paper's schedule and the final weights); version 4
-# `time_budget` (older files: none).
-CONFIG_FORMAT_VERSION = 4
+# `time_budget` (older files: none); version 5 `shared_vocab` and `cooldown`
+# (older files: two vocabularies and the paper's schedule without an end).
+CONFIG_FORMAT_VERSION = 5
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -64,11 +65,11 @@ RESUMABLE_FIELDS = frozenset(
 # translations keep case, accents and punctuation.
 TOY_DEFAULTS = {
     "preset": "toy", "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
-    "batch_tokens": 0, "eval_beam_size": 1,
+    "shared_vocab": False, "batch_tokens": 0, "cooldown": 0.0, "eval_beam_size": 1,
 }
 CORPUS_DEFAULTS = {
     "preset": "tutorial", "warmup_steps": 4000, "tokenizer": "sentencepiece",
-    "eval_beam_size": 4,
+    "shared_vocab": False, "cooldown": 0.0, "eval_beam_size": 4,
 }
 
 # Sizing a real corpus's run (`size_epochs_and_batches`): enough passes to see
@@ -140,6 +141,10 @@ class RunConfig:
             `BertTokenizer`: lower-cases, strips accents, splits punctuation).
         lower_case: lower-case text (and, for WordPiece, strip accents) before
             tokenizing; None means True for WordPiece, False for SentencePiece.
+        shared_vocab: one SentencePiece vocabulary learnt from both languages,
+            with the source embedding, the target embedding and the
+            pre-softmax weights tied (section 3.4; sets the model's
+            `tie_embeddings`). None: the dataset's default.
 
     Model:
         preset: a name of `transformer.model.PRESETS`; by default `toy` for
@@ -165,6 +170,10 @@ class RunConfig:
         warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`).
         learning_rate: `CustomSchedule`'s peak, or `"paper"` (the default) for
             the paper's `(d_model * warmup_steps)^-0.5`.
+        cooldown: `CustomSchedule`'s cooldown: over this last share of the
+            run (of its `epochs`, or of its `time_budget`, whichever ends it
+            first) the learning rate falls linearly to 0; 0 keeps the paper's
+            schedule, which has no end. None: the dataset's default.
         label_smoothing: `eps` of section 5.4 (0.1 in the paper).
         seed: fixes the corpus, the tokenizers, the initial weights and the
             data order.
@@ -207,6 +216,7 @@ class RunConfig:
     vocab_size: int = 8000
     tokenizer: str | None = None
     lower_case: bool | None = None
+    shared_vocab: bool | None = None
     # Model.
     preset: str | None = None
     model: TransformerConfig | None = None
@@ -218,6 +228,7 @@ class RunConfig:
     batch_tokens: int | None = None
     warmup_steps: int | None = None
     learning_rate: float | str = PAPER_LEARNING_RATE
+    cooldown: float | None = None
     label_smoothing: float = 0.1
     seed: int = 0
     checkpoint_every: int = 200
@@ -242,6 +253,9 @@ class RunConfig:
             self.model = TransformerConfig.from_preset(self.preset)
         elif isinstance(self.model, dict):
             self.model = TransformerConfig.from_dict(self.model)
+        if self.model.tie_embeddings != self.shared_vocab:
+            # Tied embeddings need the one vocabulary; one vocabulary ties them.
+            self.model = dataclasses.replace(self.model, tie_embeddings=self.shared_vocab)
         self.validate()
 
     def validate(self) -> None:
@@ -290,6 +304,9 @@ class RunConfig:
             # Written before the tokenizer and batching choices existed: the
             # run used WordPiece and batches of `batch_size` pairs.
             data = {"tokenizer": "wordpiece", "batch_tokens": 0, **data}
+        if version < 5:
+            # Written before shared vocabularies and the schedule's cooldown.
+            data = {"shared_vocab": False, "cooldown": 0.0, **data}
         # Information written next to the settings (vocabulary sizes, ...).
         data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
         unknown = sorted(set(data) - known)
@@ -373,6 +390,12 @@ def _check_choices(config: RunConfig) -> None:
     _check_choice("precision", config.precision, PRECISIONS)
     _check_choice("strategy", config.strategy, STRATEGIES)
     _check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
+    if config.shared_vocab and config.tokenizer != "sentencepiece":
+        raise ValueError(
+            "Received `shared_vocab=True` with the wordpiece tokenizer, expected "
+            "tokenizer='sentencepiece': only SentencePiece learns one vocabulary for "
+            "both languages."
+        )
 
 
 def _check_numbers(config: RunConfig) -> None:
@@ -389,6 +412,7 @@ def _check_numbers(config: RunConfig) -> None:
     for name in ("source_column", "target_column", "num_examples", "seed"):
         _check_non_negative(name, getattr(config, name))
     check_label_smoothing(config.label_smoothing)
+    check_cooldown(config.cooldown)
     budget = config.time_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                or not 0 < budget < math.inf):
