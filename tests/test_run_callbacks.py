@@ -37,22 +37,21 @@ def test_training_clock_tells_the_schedule_how_much_of_the_budget_is_used(monkey
         optimizer = type("FakeOptimizer", (), {"iterations": tf.Variable(3, dtype=tf.int64)})()
         stop_training = False
 
-    schedule = CustomSchedule(128, 4000, total_steps=100_000, cooldown=0.5)
-    paper = CustomSchedule(128, 4000)
+    schedule = CustomSchedule(128, 4000, total_steps=100_000)
+    peak = (128 * 4000) ** -0.5
     seconds = tf.Variable(20.0, dtype=tf.float64)  # 20 s trained before a resume
     clock = callbacks.TrainingClock(seconds, budget=100.0, schedule=schedule)
     clock.set_model(FakeModel())
     clock.on_train_begin()
-    assert float(schedule(1000)) == pytest.approx(float(paper(1000)), rel=1e-6)  # 0.2 used
-    now[0] += 55.0  # 75 of the 100 s: half of the cooldown share is left
+    assert float(schedule(100)) == pytest.approx(0.2 * peak, rel=1e-5)  # 20 of 100 s
+    now[0] += 55.0
     clock.on_train_batch_end(0)
-    assert float(schedule(1000)) == pytest.approx(0.5 * float(paper(1000)), rel=1e-5)
+    assert float(schedule(100)) == pytest.approx(0.75 * peak, rel=1e-5)
     now[0] += 30.0
     clock.on_train_batch_end(1)
-    assert float(schedule(1000)) == 0.0 and clock.model.stop_training
-    # Without a budget, or a schedule without a cooldown, nothing is told.
+    assert float(schedule(100)) == pytest.approx(peak, rel=1e-5) and clock.model.stop_training
+    # Without a budget nothing is told.
     assert callbacks.TrainingClock(seconds, None, schedule).schedule is None
-    assert callbacks.TrainingClock(seconds, 100.0, paper).schedule is None
 
 
 def _event_scalars(log_dir):
@@ -78,16 +77,16 @@ def test_tiny_run_logs_the_schedules_learning_rate_and_tensorboard_scalars(tiny_
 
     config = tiny_run.config
     d_model, warmup, steps = config.model.d_model, config.warmup_steps, config.steps_per_epoch
-    assert (d_model, warmup, steps, config.epochs) == (32, 40, 50, 2)  # tests/conftest.py
+    assert (d_model, warmup, steps, config.epochs) == (32, 100, 75, 2)  # tests/conftest.py
     # Each epoch logs the learning rate of its last update: Keras calls the
-    # schedule with the updates already applied, so update 50 (the last of
-    # epoch 1) used step 49 and update 100 step 99. Step 49 is past the
-    # warm-up (inverse square root), as is step 99.
-    by_hand = [d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5) for s in (49, 99)]
+    # schedule with the updates already applied, so update 75 (the last of
+    # epoch 1) used step 74 and update 150 step 149. Step 74 is in the warm-up
+    # (linear), step 149 past it (inverse square root).
+    by_hand = [d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5) for s in (74, 149)]
     assert by_hand == pytest.approx(
-        [float(CustomSchedule(d_model, warmup)(s)) for s in (49, 99)], rel=1e-6)
-    # Not the rate of the step after (50, 100): 1% apart, far beyond float32.
-    assert float(CustomSchedule(d_model, warmup)(50)) != pytest.approx(by_hand[0], rel=1e-4)
+        [float(CustomSchedule(d_model, warmup)(s)) for s in (74, 149)], rel=1e-6)
+    # Not the rate of the step after (75, 150): 1% apart, far beyond float32.
+    assert float(CustomSchedule(d_model, warmup)(75)) != pytest.approx(by_hand[0], rel=1e-4)
     history = tiny_run.history
     assert history["learning_rate"] == pytest.approx(by_hand, rel=1e-6)
 
@@ -103,9 +102,9 @@ def test_tiny_run_logs_the_schedules_learning_rate_and_tensorboard_scalars(tiny_
     # validation/ hold one point per epoch, tagged epoch_<metric>, at step = the
     # epoch index (0, 1), as Keras writes them. Its learning rate is the
     # optimizer's own `learning_rate`: the schedule at `iterations`, i.e. the
-    # rate of the next update (steps 50 and 100), one step after the logs' value.
+    # rate of the next update (steps 75 and 150), one step after the logs' value.
     # validation/ also holds Keras's evaluation_<metric>_vs_iterations, written
-    # after each validation at the optimizer's step (50, 100).
+    # after each validation at the optimizer's step (75, 150).
     train_scalars = _event_scalars(run_dir / rundir.LOGS_DIR / "train")
     valid_scalars = _event_scalars(run_dir / rundir.LOGS_DIR / "validation")
     assert set(train_scalars) == {"epoch_loss", "epoch_masked_accuracy", "epoch_learning_rate"}

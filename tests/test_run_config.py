@@ -43,8 +43,6 @@ def test_run_config_round_trip_and_defaults():
         ({"max_tokens": 1}, "max_tokens"),
         ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
         ({"valid": "v.tsv"}, "without `data`"),
-        ({"cooldown": 1.5}, "cooldown"),
-        ({"cooldown": -0.1}, "cooldown"),
         ({"data": "a.tsv", "tokenizer": "wordpiece", "shared_vocab": True}, "wordpiece"),
     ],
 )
@@ -79,8 +77,9 @@ def test_real_corpora_are_sized_from_the_corpus():
         1, CORPUS_DEFAULTS["eval_beam_size"])
     assert RunConfig(data="a.tsv", learning_rate=1e-3).peak_learning_rate == 1e-3
     assert config.tokenizer == "sentencepiece" and config.lower_case is False
+    assert config.shared_vocab and config.model.tie_embeddings and config.fit_warmup
     sized = size_epochs_and_batches(25_000, 9.0, config)
-    assert sized == {"epochs": 8, "batch_tokens": 576}  # 200,000 pairs seen; 64 x 9 tokens
+    assert sized == {"epochs": 10, "batch_tokens": 576}  # 240,000 pairs seen; 64 x 9 tokens
     assert size_epochs_and_batches(1_000_000, 9.0, config)["epochs"] == 2
     assert size_epochs_and_batches(1_000, 9.0, config)["epochs"] == 20
     mirrored = RunConfig(dataset="ted_hrlr_translate/pt_to_en", strategy="mirrored")
@@ -131,18 +130,20 @@ def test_a_shared_vocabulary_ties_the_embeddings():
     shared = RunConfig(data="a.tsv", shared_vocab=True)
     assert shared.model.tie_embeddings
     assert RunConfig.from_dict(shared.to_dict()) == shared
+    # WordPiece learns one vocabulary per language, so it is not shared by default.
+    assert not RunConfig(data="a.tsv", tokenizer="wordpiece").shared_vocab
     # The model's field follows the run's choice, both ways.
     untied = RunConfig(data="a.tsv", shared_vocab=False, model=shared.model)
     assert not untied.model.tie_embeddings
 
 
-def test_configs_written_before_shared_vocabularies_and_cooldown_keep_neither():
+def test_configs_written_before_shared_vocabularies_and_fitted_warmups_keep_neither():
     from transformer.run.config import RunConfig
 
     saved = RunConfig(dataset="ted_hrlr_translate/pt_to_en", epochs=2).to_dict()
-    for key in ("shared_vocab", "cooldown"):
+    for key in ("shared_vocab", "fit_warmup"):
         saved.pop(key)
     saved["model"].pop("tie_embeddings")
     saved["format_version"] = 4
     old = RunConfig.from_dict(saved)
-    assert (old.shared_vocab, old.cooldown, old.model.tie_embeddings) == (False, 0.0, False)
+    assert (old.shared_vocab, old.fit_warmup, old.model.tie_embeddings) == (False, False, False)

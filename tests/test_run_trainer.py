@@ -273,16 +273,17 @@ def test_a_checkpoint_without_train_seconds_restores_the_model(tmp_path):
     assert float(seconds.numpy()) == 12.5
 
 
-def test_shared_vocabulary_and_cooldown_run_end_to_end(tiny_tsv, tmp_path):
+def test_shared_vocabulary_and_fitted_warmup_run_end_to_end(tiny_tsv, tmp_path):
     """One SentencePiece vocabulary, tied embeddings (section 3.4) and a
-    schedule that ends at 0: the run trains, saves, reloads and translates."""
+    warm-up longer than the run: the run rises to the peak at its last step,
+    saves, reloads and translates."""
     from transformer import run, rundir
     from transformer.data.tokenizers import load_tokenizers
     from transformer.training import CustomSchedule
     from transformer.translate import Translator
 
     run_dir = tmp_path / "run"
-    config = tiny_config(tiny_tsv, run_dir, epochs=2, shared_vocab=True, cooldown=0.5)
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, shared_vocab=True, warmup_steps=40)
     result = run.train(config, verbose=0, export=True)
     assert result.final_step == 10
     saved = rundir.read_json(run_dir / rundir.CONFIG_FILE)
@@ -292,10 +293,11 @@ def test_shared_vocabulary_and_cooldown_run_end_to_end(tiny_tsv, tmp_path):
     assert tokenizers.source is tokenizers.target
     model = keras.saving.load_model(run_dir / "model.keras")
     assert model.decoder.pos_embedding.embedding is model.encoder.pos_embedding.embedding
-    # The rate of the last update: the cooldown's, 1/5 of the way from its start to 0.
-    expected = CustomSchedule(16, 10, total_steps=10, cooldown=0.5)(9)
-    assert result.history["learning_rate"][-1] == pytest.approx(float(expected), rel=1e-5)
-    assert float(expected) < 0.25 * float(CustomSchedule(16, 10)(9))
+    # The rate of the last update (step 9 of 10): 9/10 of the paper's peak for 40 steps.
+    assert result.history["learning_rate"][-1] == pytest.approx(
+        0.9 * (16 * 40) ** -0.5, rel=1e-5)
+    assert result.history["learning_rate"][-1] == pytest.approx(
+        4 * float(CustomSchedule(16, 40)(9)), rel=1e-5)
     source, _, translation = result.examples[0]
     assert Translator.from_run(run_dir)(source, return_attention=False).text == translation
     reloaded = tf.saved_model.load(str(result.export_dir))

@@ -174,48 +174,47 @@ def test_custom_schedule_rejects_bad_arguments():
             CustomSchedule(128, 400, peak_learning_rate=bad)
 
 
-def test_cooldown_ends_the_paper_schedule_at_zero():
+def test_a_run_shorter_than_the_warmup_rises_to_the_same_peak_at_its_end():
     paper = CustomSchedule(128, 4000)
-    ending = CustomSchedule(128, 4000, total_steps=1000, cooldown=0.4)
-    # The paper's rate until the last 40% of the run, then a linear fall to 0.
-    for step in (1, 300, 600):
-        assert float(ending(step)) == pytest.approx(float(paper(step)), rel=1e-6)
-    for step in (700, 800, 950):
-        factor = (1000 - step) / 400
-        assert float(ending(step)) == pytest.approx(factor * float(paper(step)), rel=1e-5)
-    assert float(ending(1000)) == 0.0 and float(ending(1500)) == 0.0
-    # The whole run, with a chosen peak.
-    whole = CustomSchedule(128, 100, peak_learning_rate=1e-3, total_steps=400, cooldown=1.0)
-    assert float(whole(100)) == pytest.approx(1e-3 * 0.75, rel=1e-6)
+    short = CustomSchedule(128, 4000, total_steps=1000)
+    peak = (128 * 4000) ** -0.5
+    assert float(short(1000)) == pytest.approx(peak, rel=1e-6)
+    assert float(short(250)) == pytest.approx(peak / 4, rel=1e-6)  # linear, 4x the slope
+    assert float(short(250)) == pytest.approx(4 * float(paper(250)), rel=1e-6)
+    assert float(short(4000)) == pytest.approx(peak / 2, rel=1e-6)  # then 1/sqrt, past the end
+    assert float(short(0)) == 0.0
+    # A run at least as long as the warm-up keeps the paper's schedule.
+    for step in (1, 2000, 4000, 9000):
+        assert float(CustomSchedule(128, 4000, total_steps=4000)(step)) == pytest.approx(
+            float(paper(step)), rel=1e-6)
+    # With a chosen peak too.
+    chosen = CustomSchedule(128, 400, peak_learning_rate=1e-3, total_steps=200)
+    assert float(chosen(100)) == pytest.approx(5e-4, rel=1e-6)
 
 
-def test_cooldown_by_time_ends_the_run_when_the_budget_does():
-    schedule = CustomSchedule(128, 4000, total_steps=10_000, cooldown=0.5)
+def test_a_time_budget_ends_the_warmup_when_it_runs_out():
+    schedule = CustomSchedule(128, 4000, total_steps=100_000)
     paper = CustomSchedule(128, 4000)
-    schedule.set_time_progress(0.2)  # by the steps, 0.1 of the run; by time, 0.2
+    peak = (128 * 4000) ** -0.5
+    schedule.set_time_progress(0.01)  # the steps are ahead: the paper's rate
     assert float(schedule(1000)) == pytest.approx(float(paper(1000)), rel=1e-6)
-    schedule.set_time_progress(0.8)  # 0.4 of the cooldown share left
-    assert float(schedule(1000)) == pytest.approx(0.4 * float(paper(1000)), rel=1e-5)
-    schedule.set_time_progress(1.5)  # past the budget: clipped, rate 0
-    assert float(schedule(1000)) == 0.0
-    # The steps still end it when they come first.
-    schedule.set_time_progress(0.1)
-    assert float(schedule(9000)) == pytest.approx(0.2 * float(paper(9000)), rel=1e-5)
+    schedule.set_time_progress(0.5)  # half the budget used at step 1000 (0.25 of the warm-up)
+    assert float(schedule(1000)) == pytest.approx(0.5 * peak, rel=1e-6)
+    schedule.set_time_progress(1.5)  # clipped: the peak
+    assert float(schedule(1000)) == pytest.approx(peak, rel=1e-6)
+    # Past the warm-up, the paper's decay whatever the time.
+    assert float(schedule(16000)) == pytest.approx(float(paper(16000)), rel=1e-6)
     # Inside a compiled function the variable is read at every call.
     compiled = tf.function(lambda step: schedule(step))
-    first = float(compiled(tf.constant(1000)))
-    schedule.set_time_progress(0.9)
-    assert float(compiled(tf.constant(1000))) == pytest.approx(first * 0.2, rel=1e-5)
+    schedule.set_time_progress(0.25)
+    first = float(compiled(tf.constant(500)))
+    schedule.set_time_progress(0.75)
+    assert float(compiled(tf.constant(500))) == pytest.approx(3 * first, rel=1e-5)
 
 
-def test_cooldown_rejects_bad_arguments():
-    for bad in (-0.1, 1.5, True, "0.3"):
-        with pytest.raises(ValueError, match="cooldown"):
-            CustomSchedule(128, 400, total_steps=100, cooldown=bad)
-    with pytest.raises(ValueError, match="without `total_steps`"):
-        CustomSchedule(128, 400, cooldown=0.3)
+def test_total_steps_must_be_positive():
     with pytest.raises(ValueError, match="total_steps"):
-        CustomSchedule(128, 400, total_steps=0, cooldown=0.3)
+        CustomSchedule(128, 400, total_steps=0)
 
 
 def test_optimizer_serializes_with_its_schedule():
@@ -225,13 +224,13 @@ def test_optimizer_serializes_with_its_schedule():
     assert isinstance(restored._learning_rate, CustomSchedule)
     assert restored._learning_rate.get_config() == {
         "d_model": 64, "warmup_steps": 100, "peak_learning_rate": None,
-        "total_steps": None, "cooldown": 0.0}
+        "total_steps": None}
     peaked = keras.optimizers.deserialize(keras.optimizers.serialize(make_optimizer(64, 100, 2e-3)))
     assert float(peaked._learning_rate(100)) == pytest.approx(2e-3, rel=1e-6)
     assert (restored.beta_1, restored.beta_2, restored.epsilon) == (0.9, 0.98, 1e-9)
-    ending = keras.optimizers.deserialize(keras.optimizers.serialize(
-        make_optimizer(64, 100, total_steps=300, cooldown=0.5)))
-    assert (ending._learning_rate.total_steps, ending._learning_rate.cooldown) == (300, 0.5)
+    short = keras.optimizers.deserialize(keras.optimizers.serialize(
+        make_optimizer(64, 100, total_steps=30)))
+    assert short._learning_rate.total_steps == 30
 
 
 def test_compiled_model_saves_and_reloads(tmp_path):

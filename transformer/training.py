@@ -30,16 +30,17 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     `lrate = peak * min(step / warmup_steps, (step / warmup_steps)^-0.5)`,
     which is the paper's formula when `peak = (d_model * warmup_steps)^-0.5`.
 
-    The paper's schedule has no end: a run stopped after a few thousand steps
-    stops at a high rate. `cooldown` gives it one, for a run whose length is
-    known: over the last `cooldown` share of the run the rate is multiplied
-    by a factor that falls linearly from 1 to 0, so that the final update is
-    taken at a rate of 0. The run's length is `total_steps` updates, or a
-    share of a time budget: `set_time_progress(p)` (called by the training
-    run's clock with the share `p` of its budget used) ends the run at
-    `p = 1`, or at `total_steps`, whichever comes first:
-    `lrate = paper(step) * clip((1 - progress) / cooldown, 0, 1)`, with
-    `progress = max(step / total_steps, p)`.
+    A run shorter than the warm-up never reaches the peak: with the paper's
+    4000 steps, a 1,700-step run stops at 0.4 of it. `total_steps` fits the
+    warm-up into the run instead: it ends at `min(warmup_steps, total_steps)`
+    with the same peak, so a short run rises faster and ends at the peak. A
+    run with a time budget does not know its number of steps in advance:
+    `set_time_progress(p)` (called by the run's clock with the share `p` of
+    its budget used) makes the rise reach the peak when the budget runs out,
+    or at the end of the warm-up, whichever comes first. With `r = step /
+    min(warmup_steps, total_steps)`:
+    `lrate = peak * min(max(r, p), r^-0.5)`, which is the paper's formula
+    when `p = 0` and `total_steps >= warmup_steps`.
 
     Keras calls the schedule with the optimizer's `iterations`, which counts the
     updates already applied, so the first update sees step 0 and a learning rate
@@ -48,11 +49,11 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     Args:
         d_model: model width.
         warmup_steps: steps of linear warm-up (4000 in the paper).
-        peak_learning_rate: the rate at step `warmup_steps`; None for the
+        peak_learning_rate: the rate at the end of the warm-up; None for the
             paper's `(d_model * warmup_steps)^-0.5`.
-        total_steps: updates of the whole run; needed with a `cooldown`.
-        cooldown: the share of the run, in [0, 1], at its end over which the
-            rate falls linearly to 0; 0 (the default) is the paper's schedule.
+        total_steps: the run's updates; a shorter run than `warmup_steps`
+            warms up over all of them. None: the paper's warm-up, whatever
+            the run's length.
 
     Example:
 
@@ -61,36 +62,40 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.001398
     >>> round(float(CustomSchedule(128, 400, peak_learning_rate=1e-3)(1600)), 6)
     0.0005
-    >>> ending = CustomSchedule(128, 4000, total_steps=3000, cooldown=0.5)
-    >>> [round(float(ending(step)) / float(schedule(step)), 2) for step in (1000, 2250, 3000)]
-    [1.0, 0.5, 0.0]
+    >>> short = CustomSchedule(128, 4000, total_steps=2000)  # the peak at step 2000
+    >>> round(float(short(2000)), 6), round(float(short(1000)), 6)
+    (0.001398, 0.000699)
     """
 
-    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None, total_steps=None,
-                 cooldown=0.0):
+    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None, total_steps=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("warmup_steps", warmup_steps)
         if peak_learning_rate is not None:
             check_learning_rate(peak_learning_rate)
-        check_cooldown(cooldown)
         if total_steps is not None:
             check_positive_int("total_steps", total_steps)
-        elif cooldown:
-            raise ValueError(
-                "Received `cooldown` without `total_steps`: the rate falls to 0 at the "
-                f"end of the run, which needs its length. Received: cooldown={cooldown}, "
-                "total_steps=None"
-            )
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.peak_learning_rate = peak_learning_rate
         self.total_steps = total_steps
-        self.cooldown = float(cooldown)
         self._time_progress = None  # a variable, once a time budget sets it
 
+    @property
+    def peak(self) -> float:
+        """The rate at the end of the warm-up."""
+        if self.peak_learning_rate is not None:
+            return float(self.peak_learning_rate)
+        return (self.d_model * self.warmup_steps) ** -0.5
+
+    @property
+    def rise_steps(self) -> int:
+        """The steps of the warm-up: `warmup_steps`, or the run's if it is shorter."""
+        return min(self.warmup_steps, self.total_steps or self.warmup_steps)
+
     def set_time_progress(self, progress: float) -> None:
-        """Ends the run by time: `progress` is the share of its budget already used."""
+        """Ends the warm-up by time too: `progress` is the share of the run's
+        time budget already used (clipped to [0, 1])."""
         if self._time_progress is None:
             # Created at first use, under the caller's distribution strategy.
             self._time_progress = tf.Variable(0.0, trainable=False, dtype=tf.float32,
@@ -98,37 +103,17 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self._time_progress.assign(min(max(float(progress), 0.0), 1.0))
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        arg1 = tf.math.rsqrt(step)  # inf at step 0; the min below picks arg2 = 0
-        arg2 = step * (float(self.warmup_steps) ** -1.5)
-        if self.peak_learning_rate is None:
-            scale = tf.math.rsqrt(tf.cast(self.d_model, tf.float32))
-        else:  # the same curve, scaled so that its value at warmup_steps is the peak
-            scale = self.peak_learning_rate * float(self.warmup_steps) ** 0.5
-        rate = scale * tf.math.minimum(arg1, arg2)
-        if not self.cooldown:
-            return rate
-        progress = step / float(self.total_steps)
+        ratio = tf.cast(step, tf.float32) / float(self.rise_steps)  # r
+        rise = ratio
         if self._time_progress is not None:
-            progress = tf.math.maximum(progress, self._time_progress)
-        return rate * tf.clip_by_value((1.0 - progress) / self.cooldown, 0.0, 1.0)
+            rise = tf.math.maximum(ratio, self._time_progress)
+        # rsqrt(0) is inf, so the min picks the rise (0 at step 0 without a budget).
+        return self.peak * tf.math.minimum(rise, tf.math.rsqrt(ratio))
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
                 "peak_learning_rate": self.peak_learning_rate,
-                "total_steps": self.total_steps, "cooldown": self.cooldown}
-
-
-def check_cooldown(cooldown) -> float:
-    """Checks a cooldown share: a number in [0, 1]."""
-    if isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)) or not (
-        0 <= cooldown <= 1
-    ):
-        raise ValueError(
-            "Received an invalid value for argument `cooldown`, expected a share of the "
-            f"run in [0, 1]. Received: cooldown={cooldown!r}"
-        )
-    return float(cooldown)
+                "total_steps": self.total_steps}
 
 
 def check_learning_rate(learning_rate) -> float:
@@ -143,12 +128,12 @@ def check_learning_rate(learning_rate) -> float:
 
 def make_optimizer(
     d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
-    total_steps: int | None = None, cooldown: float = 0.0,
+    total_steps: int | None = None,
 ) -> keras.optimizers.Adam:
     """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
     `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments)."""
     return keras.optimizers.Adam(
-        CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps, cooldown),
+        CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps),
         beta_1=ADAM_BETA_1,
         beta_2=ADAM_BETA_2,
         epsilon=ADAM_EPSILON,
@@ -210,17 +195,23 @@ def token_losses(label, pred, label_smoothing):
 # TensorFlow's separate kernels read and write it about ten times; one fused
 # function makes the training step faster (measurements in BENCHMARKS.md,
 # "Training speed"). XLA compiles once per new logits shape, which a training
-# run pays once per distinct padded target length.
+# run pays once per distinct padded target length: on batches of many shapes
+# (token-budget batches of real text) the compilations cost more than the
+# fused loops save, and `MaskedLoss(jit_compile=False)` uses TensorFlow's
+# kernels instead (BENCHMARKS.md, "Real text: one vocabulary, tied embeddings").
 _xla_token_losses = tf.function(token_losses, jit_compile=True, reduce_retracing=True)
 
 
-def _checked_token_losses(label, pred, label_smoothing):
-    """`_xla_token_losses` after checking that every label indexes the logits.
+def _checked_token_losses(label, pred, label_smoothing, jit_compile=True):
+    """`token_losses`, compiled by XLA unless `jit_compile` is False; with XLA,
+    after checking that every label indexes the logits.
 
     XLA's gather clamps an out-of-range index where TensorFlow's raises, so a
     target vocabulary larger than the model's would otherwise train silently
     on wrong logits. The check is one pass over the `(batch, target_len)` ids.
     """
+    if not jit_compile:
+        return token_losses(label, pred, label_smoothing)  # TensorFlow's gather checks
     label = tf.cast(label, tf.int32)  # (batch, target_len)
     message = (
         "Received a target token id outside [0, vocab_size) of the logits: the target "
@@ -278,6 +269,8 @@ class MaskedLoss(keras.losses.Loss):
 
     Args:
         label_smoothing: `eps` in [0, 1); 0.1 in the paper (section 5.4).
+        jit_compile: compute the token losses with XLA (faster on batches of
+            a few shapes, slower when every batch has a new shape).
 
     Example:
 
@@ -285,10 +278,11 @@ class MaskedLoss(keras.losses.Loss):
     >>> model.compile(optimizer, loss=loss, metrics=[masked_accuracy])  # doctest: +SKIP
     """
 
-    def __init__(self, label_smoothing=0.0, name="masked_loss", **kwargs):
+    def __init__(self, label_smoothing=0.0, name="masked_loss", jit_compile=True, **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.label_smoothing = check_label_smoothing(label_smoothing)
+        self.jit_compile = bool(jit_compile)
 
     def call(self, y_true, y_pred):
         # Keras sums what `call` returns and divides by its size (and, under a
@@ -297,13 +291,16 @@ class MaskedLoss(keras.losses.Loss):
         # full). Weighting each real token by size / real tokens turns that
         # reduction into the mean over the real tokens.
         label = tf.cast(y_true, tf.int32)  # (batch, target_len)
-        loss = _checked_token_losses(label, y_pred, self.label_smoothing)  # (batch, target_len)
+        loss = _checked_token_losses(
+            label, y_pred, self.label_smoothing, self.jit_compile
+        )  # (batch, target_len)
         mask = tf.cast(tf.not_equal(label, PAD_ID), loss.dtype)
         size = tf.cast(tf.size(mask), loss.dtype)
         return loss * mask * tf.math.divide_no_nan(size, _real_tokens_per_replica(mask))
 
     def get_config(self):
-        return {"name": self.name, "label_smoothing": self.label_smoothing}
+        return {"name": self.name, "label_smoothing": self.label_smoothing,
+                "jit_compile": self.jit_compile}
 
 
 def _real_tokens_per_replica(mask):

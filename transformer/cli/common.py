@@ -110,19 +110,6 @@ def rate(text: str) -> float:
     return value
 
 
-def share(text: str) -> float:
-    """Argument type: a share in [0, 1], such as the schedule's cooldown.
-
-    Example:
-        >>> share("0.3"), share("1")
-        (0.3, 1.0)
-    """
-    value = _float_or_none(text)
-    if value is None or not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
-
-
 def learning_rate(text: str) -> float | str:
     """Argument type: a learning rate in (0, 1], or `paper` (returned as is).
 

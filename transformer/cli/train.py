@@ -30,7 +30,6 @@ from transformer.cli.common import (
     positive_int,
     rate,
     report_error,
-    share,
     use_tensorflow_memory_pool,
 )
 
@@ -157,8 +156,10 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     group.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction,
                        default=default(None),
                        help="one SentencePiece vocabulary for both languages, with the two "
-                       "embeddings and the pre-softmax weights tied (section 3.4) "
-                       "(default: no)")
+                       "embeddings and the pre-softmax weights tied (section 3.4); on real "
+                       "text it learnt much faster than two vocabularies, see BENCHMARKS.md "
+                       "(default: yes with sentencepiece on real corpora; no for the toy "
+                       "corpus and for wordpiece)")
 
     group = parser.add_argument_group("model (--num-layers etc. override the preset)")
     group.add_argument("--preset", choices=sorted(PRESETS), default=default(None),
@@ -190,9 +191,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help="stop training after this much time (600, 600s, 10m, 1h30m; "
                        "validation included, the final evaluation not), counted over "
                        "--resume, or after --epochs, whichever comes first; without "
-                       f"--epochs the cap is {MAX_EPOCHS} epochs. The learning-rate "
-                       "schedule does not depend on the run's length, so nothing else "
-                       "changes (default: none)")
+                       f"--epochs the cap is {MAX_EPOCHS} epochs. With --fit-warmup the "
+                       "warm-up ends when the budget does, if that comes first "
+                       "(default: none)")
     group.add_argument("--steps-per-epoch", type=positive_int, metavar="N",
                        default=default(d.steps_per_epoch),
                        help="updates per epoch (default: "
@@ -208,24 +209,28 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        default=default(None),
                        help="learning-rate warm-up of the paper's schedule (default: "
                        f"{TOY_DEFAULTS['warmup_steps']} for the toy corpus, "
-                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper: on "
-                       "real text a run shorter than the warm-up learnt better than a short "
-                       "warm-up to a fixed peak, see BENCHMARKS.md)")
+                       f"{CORPUS_DEFAULTS['warmup_steps']} otherwise, as in the paper; "
+                       "see --fit-warmup for runs shorter than that)")
     group.add_argument("--learning-rate", type=learning_rate, metavar="PEAK",
                        default=default(d.learning_rate),
                        help="the schedule's peak, reached after the warm-up and then "
                        "decaying as the inverse square root of the step; 'paper' for the "
                        "paper's (d_model * warmup)^-0.5, which grows as the warm-up "
                        f"shrinks (default: {d.learning_rate})")
-    group.add_argument("--cooldown", type=share, metavar="SHARE", default=default(None),
-                       help="over the last SHARE of the run (of --epochs, or of "
-                       "--time-budget, whichever ends it first) the learning rate falls "
-                       "linearly to 0; 0 keeps the paper's schedule, which has no end "
-                       f"(default: {TOY_DEFAULTS['cooldown']} for the toy corpus, "
-                       f"{CORPUS_DEFAULTS['cooldown']} otherwise)")
+    group.add_argument("--fit-warmup", action=argparse.BooleanOptionalAction,
+                       default=default(None),
+                       help="a run shorter than --warmup-steps (by --epochs, or by "
+                       "--time-budget) warms up over its whole length to the same peak, so "
+                       "that it ends at the peak; on real text that learnt faster than "
+                       "stopping partway up, and than a shorter warm-up followed by the "
+                       "decay (BENCHMARKS.md); --no-fit-warmup keeps the paper's warm-up, "
+                       "which such a run never finishes (default: yes)")
     group.add_argument("--label-smoothing", type=rate, metavar="EPS",
-                       default=default(d.label_smoothing),
-                       help=f"label smoothing, 0 for none (default: {d.label_smoothing})")
+                       default=default(None),
+                       help="label smoothing, 0 for none (default: "
+                       f"{TOY_DEFAULTS['label_smoothing']} for the toy corpus, as in the paper; "
+                       f"{CORPUS_DEFAULTS['label_smoothing']} otherwise: in runs of a few "
+                       "thousand steps on real text it lowered BLEU, see BENCHMARKS.md)")
     group.add_argument("--seed", type=non_negative_int, metavar="N", default=default(d.seed),
                        help="fixes corpus, tokenizers, initial weights and data order "
                        f"(default: {d.seed})")

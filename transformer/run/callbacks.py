@@ -142,10 +142,9 @@ class TrainingClock(keras.callbacks.Callback):
     ends the epoch: validation, logs, checkpoint). Put it before the
     checkpoint saver, so that every checkpoint holds the time up to its step.
 
-    With a budget and a learning-rate schedule that can end by time
-    (`CustomSchedule` with a cooldown), it tells the schedule after every
-    step which share of the budget is used, so that the rate reaches 0 when
-    the budget does.
+    With a budget and a `CustomSchedule`, it tells the schedule after every
+    step which share of the budget is used, so that a warm-up longer than
+    the run reaches its peak when the budget runs out.
 
     Args:
         seconds: a float64 `tf.Variable`, the seconds already trained.
@@ -157,8 +156,7 @@ class TrainingClock(keras.callbacks.Callback):
         super().__init__()
         self.seconds = seconds
         self.budget = budget
-        self.schedule = schedule if budget is not None and getattr(
-            schedule, "cooldown", 0) else None
+        self.schedule = schedule if budget is not None else None
         self._base = 0.0
         self._started = 0.0
 

@@ -15,15 +15,15 @@ from transformer.data.tokenizers import TOKENIZER_KINDS
 from transformer.model import PRESETS, TransformerConfig
 from transformer.run.distribute import STRATEGIES
 from transformer.run.precision import PRECISIONS
-from transformer.training import check_cooldown, check_label_smoothing, check_learning_rate
+from transformer.training import check_label_smoothing, check_learning_rate
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
 # added `tokenizer`, `batch_tokens` and `eval_beam_size`; version 3
 # `learning_rate` and `average_checkpoints` (older files load with their
 # defaults: the paper's schedule and the final weights); version 4
-# `time_budget` (older files: none); version 5 `shared_vocab` and `cooldown`
-# (older files: two vocabularies and the paper's schedule without an end).
+# `time_budget` (older files: none); version 5 `shared_vocab` and
+# `fit_warmup` (older files: two vocabularies and the paper's warm-up).
 CONFIG_FORMAT_VERSION = 5
 
 # Fields that may change when a run is resumed; every other one is fixed by the
@@ -54,27 +54,32 @@ RESUMABLE_FIELDS = frozenset(
 # test split over seeds 0-2, four leave a margin above 95%; its batches are
 # `batch_size` pairs. Real corpora get the tutorial's model, epochs and a
 # token budget per batch sized from the corpus when the run reads it
-# (`size_epochs_and_batches`), the paper's schedule with its 4000 warm-up
-# steps, and the test split translated with the paper's beam search (beam 4).
-# A run of a few thousand steps never reaches that schedule's peak, yet it
-# learnt better on real text than a warm-up of a tenth of the run to a fixed
-# peak of 1e-3 or 2e-3 followed by the decay, and a 300-step warm-up of the
-# paper's formula (peak 5.1e-3) collapsed; averaging the last checkpoints
-# (section 6.1) lowered BLEU in such short runs, so the final weights are
-# kept: BENCHMARKS.md, "Real text". Both use SentencePiece, so that
-# translations keep case, accents and punctuation.
+# (`size_epochs_and_batches`), one SentencePiece vocabulary for both languages
+# with the embeddings tied (section 3.4), and the paper's schedule with its
+# warm-up fit to the run: a run shorter than `warmup_steps` rises linearly to
+# the paper's peak, `(d_model * warmup_steps)^-0.5`, at its last step instead
+# of stopping partway up (`CustomSchedule(total_steps=...)`). On real text the
+# number of updates mattered most, tying added about 6 BLEU, and a warm-up to a
+# peak followed by a decay, or a linear cooldown at the end, did worse than
+# rising to the end; label smoothing (section 5.4) cost 2-3 BLEU in such
+# short runs (two seeds), as did averaging the last checkpoints (section 6.1),
+# so neither is used: BENCHMARKS.md, "Real text". The test split is
+# translated with the paper's beam search (beam 4).
+# Both use SentencePiece, so that translations keep case, accents and
+# punctuation.
 TOY_DEFAULTS = {
     "preset": "toy", "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
-    "shared_vocab": False, "batch_tokens": 0, "cooldown": 0.0, "eval_beam_size": 1,
+    "shared_vocab": False, "batch_tokens": 0, "fit_warmup": True, "label_smoothing": 0.1,
+    "eval_beam_size": 1,
 }
 CORPUS_DEFAULTS = {
     "preset": "tutorial", "warmup_steps": 4000, "tokenizer": "sentencepiece",
-    "shared_vocab": False, "cooldown": 0.0, "eval_beam_size": 4,
+    "shared_vocab": True, "fit_warmup": True, "label_smoothing": 0.0, "eval_beam_size": 4,
 }
 
 # Sizing a real corpus's run (`size_epochs_and_batches`): enough passes to see
 # about TARGET_PAIRS_SEEN sentence pairs, between MIN_EPOCHS and MAX_EPOCHS.
-TARGET_PAIRS_SEEN = 200_000
+TARGET_PAIRS_SEEN = 240_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 20
 
 
@@ -104,7 +109,7 @@ def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config: RunConfi
 
     >>> config = RunConfig(data="pairs.tsv", test="t.tsv")  # doctest: +SKIP
     >>> size_epochs_and_batches(26_000, 9.0, config)  # doctest: +SKIP
-    {'epochs': 8, 'batch_tokens': 576}
+    {'epochs': 9, 'batch_tokens': 576}
     """
     sized = {}
     if config.epochs is None and config.time_budget is not None:
@@ -170,11 +175,13 @@ class RunConfig:
         warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`).
         learning_rate: `CustomSchedule`'s peak, or `"paper"` (the default) for
             the paper's `(d_model * warmup_steps)^-0.5`.
-        cooldown: `CustomSchedule`'s cooldown: over this last share of the
-            run (of its `epochs`, or of its `time_budget`, whichever ends it
-            first) the learning rate falls linearly to 0; 0 keeps the paper's
-            schedule, which has no end. None: the dataset's default.
-        label_smoothing: `eps` of section 5.4 (0.1 in the paper).
+        fit_warmup: a run shorter than `warmup_steps` (in steps, or by its
+            `time_budget`) warms up over its whole length to the same peak
+            (`CustomSchedule`'s `total_steps`); False keeps the paper's
+            warm-up, which such a run never finishes. None: the dataset's
+            default.
+        label_smoothing: `eps` of section 5.4 (0.1 in the paper). None: the
+            dataset's default (0.1 for the toy corpus, 0 otherwise).
         seed: fixes the corpus, the tokenizers, the initial weights and the
             data order.
         checkpoint_every: save the training state every this many updates (and
@@ -228,8 +235,8 @@ class RunConfig:
     batch_tokens: int | None = None
     warmup_steps: int | None = None
     learning_rate: float | str = PAPER_LEARNING_RATE
-    cooldown: float | None = None
-    label_smoothing: float = 0.1
+    fit_warmup: bool | None = None
+    label_smoothing: float | None = None
     seed: int = 0
     checkpoint_every: int = 200
     # Performance and scale.
@@ -246,6 +253,8 @@ class RunConfig:
     def __post_init__(self):
         for name, value in dataset_defaults(self.dataset, self.data).items():
             if getattr(self, name) is None:
+                if name == "shared_vocab":  # only SentencePiece learns one vocabulary
+                    value = value and self.tokenizer == "sentencepiece"
                 setattr(self, name, value)
         if self.lower_case is None:
             self.lower_case = self.tokenizer == "wordpiece"
@@ -305,8 +314,8 @@ class RunConfig:
             # run used WordPiece and batches of `batch_size` pairs.
             data = {"tokenizer": "wordpiece", "batch_tokens": 0, **data}
         if version < 5:
-            # Written before shared vocabularies and the schedule's cooldown.
-            data = {"shared_vocab": False, "cooldown": 0.0, **data}
+            # Written before shared vocabularies and warm-ups fitted to the run.
+            data = {"shared_vocab": False, "fit_warmup": False, **data}
         # Information written next to the settings (vocabulary sizes, ...).
         data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
         unknown = sorted(set(data) - known)
@@ -412,7 +421,6 @@ def _check_numbers(config: RunConfig) -> None:
     for name in ("source_column", "target_column", "num_examples", "seed"):
         _check_non_negative(name, getattr(config, name))
     check_label_smoothing(config.label_smoothing)
-    check_cooldown(config.cooldown)
     budget = config.time_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                or not 0 < budget < math.inf):

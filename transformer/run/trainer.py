@@ -318,15 +318,18 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
     with session.strategy.scope():
         keras.utils.set_random_seed(config.seed)
         model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
+        total_steps = config.epochs * config.steps_per_epoch if config.fit_warmup else None
         optimizer = make_optimizer(
-            config.model.d_model, config.warmup_steps, config.peak_learning_rate,
-            total_steps=config.epochs * config.steps_per_epoch, cooldown=config.cooldown,
+            config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps
         )
-        if config.time_budget is not None and config.cooldown:
-            learning_rate_schedule(optimizer).set_time_progress(0.0)  # ends by time too
+        if config.time_budget is not None and config.fit_warmup:
+            # The budget may end the warm-up too (TrainingClock tells the schedule).
+            learning_rate_schedule(optimizer).set_time_progress(0.0)
         model.compile(
             optimizer=optimizer,
-            loss=MaskedLoss(config.label_smoothing),
+            # Token-budget batches have a new shape every few steps, and the XLA
+            # loss compiles for each (BENCHMARKS.md, "Real text: one vocabulary").
+            loss=MaskedLoss(config.label_smoothing, jit_compile=not config.batch_tokens),
             metrics=[masked_accuracy],
             jit_compile=config.jit_compile,
         )
@@ -361,8 +364,8 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
     """
     config = session.config
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
-    clock = TrainingClock(state.train_seconds, config.time_budget,
-                          learning_rate_schedule(state.model.optimizer))
+    schedule = learning_rate_schedule(state.model.optimizer) if config.fit_warmup else None
+    clock = TrainingClock(state.train_seconds, config.time_budget, schedule)
     fitter = _Fitter(session, data, state.model, _callbacks(session, state, clock), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
@@ -538,6 +541,17 @@ def _callbacks(session: _Session, state: _ModelState,
     return callbacks
 
 
+def _create_metric_variables(model, batches: tf.data.Dataset) -> None:
+    """Creates the compiled metrics' variables before `fit` traces its step.
+
+    Keras creates them while it traces the first training step, and a
+    `tf.function` that creates variables is traced twice: about 15 s more for
+    the tutorial preset on two CPU cores. Evaluating one batch creates them
+    first (and traces the evaluation step, which validation traces anyway).
+    """
+    model.evaluate(batches.take(1), steps=1, verbose=0)
+
+
 class _Fitter:
     """Calls `model.fit` for a range of epochs and gathers the history of the calls."""
 
@@ -555,9 +569,11 @@ class _Fitter:
     def fit(self, first_epoch: int, last_epoch: int, steps: int, start_step: int) -> None:
         """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps, from `start_step`."""
         tokens = self.data.train_tokens
+        stream = _train_stream(tokens, self.session.config, start_step)
         with multi_worker_fit_workaround(self.model, self.session.strategy, tokens):
+            _create_metric_variables(self.model, stream)
             fitted = self.model.fit(
-                _train_stream(tokens, self.session.config, start_step),
+                stream,
                 initial_epoch=first_epoch,
                 epochs=last_epoch,
                 steps_per_epoch=steps,
