@@ -565,13 +565,16 @@ class _Fitter:
             verbose=_resolve_verbose(verbose) if session.chief else 0,
         )
         self.history: dict[str, list[float]] = {}
+        self._metric_variables_created = False
 
     def fit(self, first_epoch: int, last_epoch: int, steps: int, start_step: int) -> None:
         """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps, from `start_step`."""
         tokens = self.data.train_tokens
         stream = _train_stream(tokens, self.session.config, start_step)
         with multi_worker_fit_workaround(self.model, self.session.strategy, tokens):
-            _create_metric_variables(self.model, stream)
+            if not self._metric_variables_created:  # once, even when a resume fits twice
+                _create_metric_variables(self.model, stream)
+                self._metric_variables_created = True
             fitted = self.model.fit(
                 stream,
                 initial_epoch=first_epoch,
