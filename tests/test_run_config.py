@@ -79,7 +79,8 @@ def test_real_corpora_are_sized_from_the_corpus():
     assert config.tokenizer == "sentencepiece" and config.lower_case is False
     assert config.shared_vocab and config.model.tie_embeddings and config.fit_warmup
     sized = size_epochs_and_batches(25_000, 9.0, config)
-    assert sized == {"epochs": 10, "batch_tokens": 576}  # 240,000 pairs seen; 64 x 9 tokens
+    assert config.batch_size == CORPUS_DEFAULTS["batch_size"] == 32
+    assert sized == {"epochs": 8, "batch_tokens": 288}  # 200,000 pairs seen; 32 x 9 tokens
     assert size_epochs_and_batches(1_000_000, 9.0, config)["epochs"] == 2
     assert size_epochs_and_batches(1_000, 9.0, config)["epochs"] == 20
     mirrored = RunConfig(dataset="ted_hrlr_translate/pt_to_en", strategy="mirrored")
@@ -92,7 +93,7 @@ def test_real_corpora_are_sized_from_the_corpus():
     both = RunConfig(dataset="ted_hrlr_translate/pt_to_en", time_budget=600.0, epochs=3)
     assert "epochs" not in size_epochs_and_batches(25_000, 9.0, both)
     toy = RunConfig()
-    assert (toy.epochs, toy.warmup_steps, toy.batch_tokens) == (4, 400, 0)
+    assert (toy.epochs, toy.warmup_steps, toy.batch_tokens, toy.batch_size) == (4, 400, 0, 64)
     assert (toy.learning_rate, toy.peak_learning_rate, toy.average_checkpoints) == (
         "paper", None, 1)
     assert toy.eval_beam_size == 1

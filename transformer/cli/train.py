@@ -179,8 +179,13 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
 
     group = parser.add_argument_group("training")
     group.add_argument("--batch-size", type=positive_int, metavar="N",
-                       default=default(d.batch_size),
-                       help=f"sentence pairs per step, over all devices (default: {d.batch_size})")
+                       default=default(None),
+                       help="sentence pairs per step, over all devices; with token budgets "
+                       "(--batch-tokens) it sizes the budget (default: "
+                       f"{TOY_DEFAULTS['batch_size']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['batch_size']} otherwise: on real text twice the "
+                       "updates of the tutorial's 64 learnt more in the same time, see "
+                       "BENCHMARKS.md)")
     group.add_argument("--epochs", type=positive_int, metavar="N", default=default(None),
                        help="epochs to train; may grow on --resume (default: "
                        f"{TOY_DEFAULTS['epochs']} for the toy corpus; otherwise sized from the "
@@ -204,7 +209,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        help="batch pairs of about equal length, at most N padded tokens per "
                        "batch and side (section 5.1), so that almost no padding is computed; "
                        "0 for batches of --batch-size pairs (default: 0 for the toy corpus; "
-                       "otherwise --batch-size times the mean pair length, with one device)")
+                       "otherwise --batch-size times the mean padded pair length, with one device)")
     group.add_argument("--warmup-steps", type=positive_int, metavar="N",
                        default=default(None),
                        help="learning-rate warm-up of the paper's schedule (default: "

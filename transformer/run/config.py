@@ -54,32 +54,34 @@ RESUMABLE_FIELDS = frozenset(
 # test split over seeds 0-2, four leave a margin above 95%; its batches are
 # `batch_size` pairs. Real corpora get the tutorial's model, epochs and a
 # token budget per batch sized from the corpus when the run reads it
-# (`size_epochs_and_batches`), one SentencePiece vocabulary for both languages
-# with the embeddings tied (section 3.4), and the paper's schedule with its
-# warm-up fit to the run: a run shorter than `warmup_steps` rises linearly to
-# the paper's peak, `(d_model * warmup_steps)^-0.5`, at its last step instead
-# of stopping partway up (`CustomSchedule(total_steps=...)`). On real text the
-# number of updates mattered most, tying added about 6 BLEU, and a warm-up to a
-# peak followed by a decay, or a linear cooldown at the end, did worse than
-# rising to the end; label smoothing (section 5.4) cost 2-3 BLEU in such
-# short runs (two seeds), as did averaging the last checkpoints (section 6.1),
-# so neither is used: BENCHMARKS.md, "Real text". The test split is
-# translated with the paper's beam search (beam 4).
+# (`size_epochs_and_batches`: as many tokens as 32 pairs of mean length), one
+# SentencePiece vocabulary for both languages with the embeddings tied
+# (section 3.4), and the paper's schedule with its warm-up fit to the run: a
+# run shorter than `warmup_steps` rises linearly to the paper's peak,
+# `(d_model * warmup_steps)^-0.5`, at its last step instead of stopping
+# partway up (`CustomSchedule(total_steps=...)`). On real text the number of
+# updates mattered most: budgets of 32 pairs instead of the tutorial's 64 made
+# twice the updates in about the same seconds per epoch and added about 5
+# BLEU at equal epochs (16 pairs learnt less per epoch and took longer);
+# tying added about 6 BLEU; a cooldown at the end did worse; label smoothing
+# (section 5.4) cost 2-3 BLEU in such short runs (two seeds), as did averaging
+# the last checkpoints (section 6.1), so neither is used: BENCHMARKS.md, "Real
+# text". The test split is translated with the paper's beam search (beam 4).
 # Both use SentencePiece, so that translations keep case, accents and
 # punctuation.
 TOY_DEFAULTS = {
-    "preset": "toy", "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
+    "preset": "toy", "batch_size": 64, "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
     "shared_vocab": False, "batch_tokens": 0, "fit_warmup": True, "label_smoothing": 0.1,
     "eval_beam_size": 1,
 }
 CORPUS_DEFAULTS = {
-    "preset": "tutorial", "warmup_steps": 4000, "tokenizer": "sentencepiece",
+    "preset": "tutorial", "batch_size": 32, "warmup_steps": 4000, "tokenizer": "sentencepiece",
     "shared_vocab": True, "fit_warmup": True, "label_smoothing": 0.0, "eval_beam_size": 4,
 }
 
 # Sizing a real corpus's run (`size_epochs_and_batches`): enough passes to see
 # about TARGET_PAIRS_SEEN sentence pairs, between MIN_EPOCHS and MAX_EPOCHS.
-TARGET_PAIRS_SEEN = 240_000
+TARGET_PAIRS_SEEN = 200_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 20
 
 
@@ -109,7 +111,7 @@ def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config: RunConfi
 
     >>> config = RunConfig(data="pairs.tsv", test="t.tsv")  # doctest: +SKIP
     >>> size_epochs_and_batches(26_000, 9.0, config)  # doctest: +SKIP
-    {'epochs': 9, 'batch_tokens': 576}
+    {'epochs': 8, 'batch_tokens': 288}
     """
     sized = {}
     if config.epochs is None and config.time_budget is not None:
@@ -157,7 +159,10 @@ class RunConfig:
         model: a `TransformerConfig`; the preset's when None.
 
     Training:
-        batch_size: global batch size (split across replicas).
+        batch_size: global batch size (split across replicas); with token
+            budgets it sizes their budget (`size_epochs_and_batches`). None:
+            the dataset's default, 64 pairs for the toy corpus, 32 for real
+            corpora.
         epochs: epochs to train (default: `dataset_defaults`, or sized from
             the corpus by `size_epochs_and_batches`; `MAX_EPOCHS` with a
             `time_budget`).
@@ -228,7 +233,7 @@ class RunConfig:
     preset: str | None = None
     model: TransformerConfig | None = None
     # Training.
-    batch_size: int = 64
+    batch_size: int | None = None
     epochs: int | None = None
     time_budget: float | None = None
     steps_per_epoch: int | None = None
