@@ -68,6 +68,7 @@ def test_for_resume_allows_only_some_changes():
 
 
 def test_real_corpora_are_sized_from_the_corpus():
+    from transformer.model import PRESETS
     from transformer.run.config import CORPUS_DEFAULTS, RunConfig, size_epochs_and_batches
 
     config = RunConfig(dataset="ted_hrlr_translate/pt_to_en")
@@ -92,7 +93,9 @@ def test_real_corpora_are_sized_from_the_corpus():
     assert size_epochs_and_batches(25_000, 9.0, budget)["epochs"] == 20
     both = RunConfig(dataset="ted_hrlr_translate/pt_to_en", time_budget=600.0, epochs=3)
     assert "epochs" not in size_epochs_and_batches(25_000, 9.0, both)
+    assert config.model.dropout_rate == 0.0  # CORPUS_DROPOUT_RATE: short runs underfit
     toy = RunConfig()
+    assert toy.model.dropout_rate == PRESETS["toy"].dropout_rate > 0
     assert (toy.epochs, toy.warmup_steps, toy.batch_tokens, toy.batch_size) == (4, 400, 0, 64)
     assert (toy.learning_rate, toy.peak_learning_rate, toy.average_checkpoints) == (
         "paper", None, 1)
@@ -148,3 +151,16 @@ def test_configs_written_before_shared_vocabularies_and_fitted_warmups_keep_neit
     saved["format_version"] = 4
     old = RunConfig.from_dict(saved)
     assert (old.shared_vocab, old.fit_warmup, old.model.tie_embeddings) == (False, False, False)
+
+
+def test_default_model_drops_dropout_on_real_corpora_unless_given():
+    from transformer.model import PRESETS
+    from transformer.run.config import CORPUS_DROPOUT_RATE, default_model
+
+    assert default_model("tutorial", data="pairs.tsv").dropout_rate == CORPUS_DROPOUT_RATE == 0.0
+    assert default_model("tutorial", "ted_hrlr_translate/pt_to_en").dropout_rate == 0.0
+    assert default_model("tutorial", data="pairs.tsv", dropout_rate=0.1).dropout_rate == 0.1
+    assert default_model("toy").dropout_rate == PRESETS["toy"].dropout_rate
+    assert default_model("tutorial").dropout_rate == PRESETS["tutorial"].dropout_rate == 0.1
+    given = default_model("tutorial", data="pairs.tsv", d_model=64, dropout_rate=None)
+    assert (given.d_model, given.dropout_rate) == (64, 0.0)

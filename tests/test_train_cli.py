@@ -213,3 +213,22 @@ def test_resume_help_names_exactly_the_options_that_may_change():
     (resume,) = [a for a in parser._actions if "--resume" in a.option_strings]
     assert "only " + ", ".join(resumable_options()) + " may change" in resume.help
     assert "--precision included" in resume.help
+
+
+def test_dropout_defaults_to_zero_on_real_corpora_and_keeps_a_given_rate(tmp_path):
+    from transformer.cli.train import _config_from_args, build_parser
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("uno\tone\n", encoding="utf-8")
+
+    def config(*argv):
+        args = build_parser().parse_args(["--data", str(pairs), *argv])
+        explicit = build_parser(suppress_defaults=True).parse_args(["--data", str(pairs), *argv])
+        return _config_from_args(args, explicit)
+
+    assert config().model.dropout_rate == 0.0
+    assert config("--dropout", "0.1").model.dropout_rate == 0.1
+    assert config("--preset", "toy").model.dropout_rate == 0.0
+    toy = _config_from_args(build_parser().parse_args([]),
+                            build_parser(suppress_defaults=True).parse_args([]))
+    assert toy.model.dropout_rate == 0.1
