@@ -177,8 +177,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                            f"{getattr(tutorial, field)} for tutorial)")
     group.add_argument("--dropout", type=rate, metavar="RATE", default=default(None),
                        help=f"dropout rate (default: {CORPUS_DROPOUT_RATE} on real corpora, "
-                       "where short runs underfit and the paper's 0.1 halved BLEU after 4 "
-                       f"epochs, see BENCHMARKS.md; the preset's on the toy corpus, "
+                       "where short runs underfit: with the paper's 0.1, BLEU after 4 epochs was "
+                       "less than half, see BENCHMARKS.md; the preset's on the toy corpus, "
                        f"{toy.dropout_rate} for toy, {tutorial.dropout_rate} for tutorial)")
 
     group = parser.add_argument_group("training")

@@ -87,8 +87,9 @@ MIN_EPOCHS, MAX_EPOCHS = 2, 20
 
 # Real corpora train the preset's model without dropout: runs of a few
 # thousand steps underfit (validation accuracy at or above training accuracy),
-# and the presets' 0.1 (the paper's P_drop, section 5.4) halved BLEU after 4
-# epochs on the development corpus (BENCHMARKS.md, "Real text: no dropout").
+# and with the presets' 0.1 (the paper's P_drop, section 5.4) BLEU after 4
+# epochs on the development corpus was less than half of BLEU without it
+# (BENCHMARKS.md, "Real text: no dropout").
 # The toy corpus keeps its preset's dropout. `--dropout` sets it either way.
 CORPUS_DROPOUT_RATE = 0.0
 
