@@ -54,9 +54,9 @@ RESUMABLE_FIELDS = frozenset(
 # test split over seeds 0-2, four leave a margin above 95%; its batches are
 # `batch_size` pairs. Real corpora get the tutorial's model, epochs and a
 # token budget per batch sized from the corpus when the run reads it
-# (`size_epochs_and_batches`: as many tokens as 32 pairs of mean length), one
-# SentencePiece vocabulary for both languages with the embeddings tied
-# (section 3.4), and the paper's schedule with its warm-up fit to the run: a
+# (`size_epochs_and_batches`: as many tokens as `batch_size` pairs of mean
+# length), one SentencePiece vocabulary for both languages with the
+# embeddings tied (section 3.4), and the paper's schedule with its warm-up fit to the run: a
 # run shorter than `warmup_steps` rises linearly to the paper's peak,
 # `(d_model * warmup_steps)^-0.5`, at its last step instead of stopping
 # partway up (`CustomSchedule(total_steps=...)`). On real text the number of
