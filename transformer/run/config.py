@@ -62,7 +62,8 @@ RESUMABLE_FIELDS = frozenset(
 # partway up (`CustomSchedule(total_steps=...)`). On real text the number of
 # updates mattered most: budgets of 32 pairs instead of the tutorial's 64 made
 # twice the updates in about the same seconds per epoch and added about 5
-# BLEU at equal epochs (16 pairs learnt less per epoch and took longer);
+# BLEU at equal epochs (16 pairs, or random batches, learnt a little more per
+# epoch but took 1.5 times the seconds);
 # tying added about 6 BLEU; a cooldown at the end did worse; label smoothing
 # (section 5.4) cost 2-3 BLEU in such short runs (two seeds), as did averaging
 # the last checkpoints (section 6.1), so neither is used: BENCHMARKS.md, "Real
