@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from translate_helpers import copy_run, random_model, random_sources
 
-from transformer.constants import END_ID, PAD_ID, START_ID
+from transformer.constants import END_ID, PAD_ID, START_ID, TRANSLATE_FIRST_PASS_EXTRA
 from transformer.decoding import (
     beam_search_decode,
     cached_greedy_decode,
@@ -22,6 +22,7 @@ from transformer.decoding import (
     compile_greedy_decode,
     length_penalty,
     naive_greedy_decode,
+    output_limits,
     sequence_log_probs,
 )
 from transformer.rundir import CONFIG_FILE, RunDirError
@@ -610,3 +611,28 @@ def test_batches_sorted_by_length_keep_the_order_and_the_results(translator, tes
 def test_batch_size_must_be_positive(translator):
     with pytest.raises(ValueError, match="`batch_size`.*Received: batch_size=0"):
         translator(["o gato"], batch_size=0)
+
+
+def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, translator,
+                                                                      test_pairs):
+    """Greedy translation of a list stops a first pass at input length +
+    TRANSLATE_FIRST_PASS_EXTRA tokens and decodes the sentences cut there again
+    up to their full limit: every result is the one-pass decoding's."""
+    model = _untrained_translator(tiny_run, translator).transformer
+    bias = model.final_layer.bias.numpy()
+    bias[END_ID] += 2.0  # some outputs end early, others run on to their limit
+    model.final_layer.bias.assign(bias)
+    untrained = Translator(translator.tokenizers, model)
+    sentences = [source for source, _ in test_pairs[:12]]
+    results = untrained(sentences, batch_size=4)
+    lengths = []
+    for sentence, result in zip(sentences, results, strict=True):
+        encoder_tokens, _ = untrained.encode([sentence])
+        limits = output_limits(encoder_tokens, untrained.max_length, untrained.extra_length)
+        tokens = cached_greedy_decode(model, encoder_tokens, int(limits[0]),
+                                      row_limits=limits).numpy()[0]
+        n = _first_end_lengths([tokens])[0] or len(tokens)
+        np.testing.assert_array_equal(result.token_ids, tokens[:n])
+        lengths.append((n, len(result.input_tokens) - 2))
+    assert any(n > s + TRANSLATE_FIRST_PASS_EXTRA for n, s in lengths)  # a second pass ran
+    assert any(n <= s + TRANSLATE_FIRST_PASS_EXTRA for n, s in lengths)  # the first pass kept

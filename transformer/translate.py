@@ -25,9 +25,11 @@ from transformer import rundir
 from transformer._validation import check_int_at_least
 from transformer.constants import (
     DEFAULT_MAX_OUTPUT_LENGTH,
+    END_ID,
     PAD_ID,
     START_ID,
     TRANSLATE_BATCH_SIZE,
+    TRANSLATE_FIRST_PASS_EXTRA,
 )
 from transformer.data.tokenizers import load_tokenizers
 from transformer.decoding import (
@@ -337,20 +339,34 @@ class Translator:
             return []
 
         # Sorted by length (in characters) into batches; results in the list's order.
+        # Greedy decoding stops a first pass short (TRANSLATE_FIRST_PASS_EXTRA) and
+        # decodes the sentences cut there again, together, to their full limit.
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         results = [None] * len(sentences)
-        for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size]
-            batch = self._translate([sentences[i] for i in indices], int(max_length),
-                                    int(beam_size), float(alpha), return_attention)
-            for index, result in zip(indices, batch, strict=True):
-                results[index] = result
+        first_pass = beam_size == 1
+        for _ in range(2):
+            again = []
+            for start in range(0, len(order), batch_size):
+                indices = order[start : start + batch_size]
+                batch, cut = self._translate([sentences[i] for i in indices], int(max_length),
+                                             int(beam_size), float(alpha), return_attention,
+                                             first_pass)
+                for index, result, was_cut in zip(indices, batch, cut, strict=True):
+                    results[index] = result
+                    if was_cut:
+                        again.append(index)
+            if not again:
+                break
+            order, first_pass = again, False
         return results[0] if single else results
 
-    def _translate(self, sentences, max_length, beam_size, alpha, return_attention):
+    def _translate(self, sentences, max_length, beam_size, alpha, return_attention,
+                   first_pass=False):
+        """Translations of one batch, and a bool numpy `(batch,)`: True for a
+        sentence that a greedy `first_pass` cut short without `[END]`."""
         encoder_tokens, empty = self.encode(sentences)
-        output, log_probs, limits = self._decode(
-            encoder_tokens, empty, max_length, beam_size, alpha
+        output, log_probs, limits, cut = self._decode(
+            encoder_tokens, empty, max_length, beam_size, alpha, first_pass
         )
         # Up to [END], or to the sentence's own limit when it stopped there.
         lengths = tf.minimum(output_lengths(output), tf.cast(limits, tf.int64))
@@ -388,25 +404,39 @@ class Translator:
                 score=log_prob / float(length_penalty(n, alpha)),
                 log_prob=log_prob,
             ))
-        return results
+        return results, cut
 
-    def _decode(self, encoder_tokens, empty, max_length, beam_size, alpha):
+    def _decode(self, encoder_tokens, empty, max_length, beam_size, alpha, first_pass=False):
         """Output tokens `(batch, steps)`, float64 numpy `(batch,)` scores (`log P`
-        for greedy decoding, `log P / lp` for beam search) and the sentences'
-        output limits, int32 `(batch,)`."""
+        for greedy decoding, `log P / lp` for beam search), the sentences'
+        output limits, int32 `(batch,)`, and which sentences a greedy
+        `first_pass` cut short of their limit without `[END]`, bool numpy
+        `(batch,)`.
+
+        A greedy sentence's tokens do not depend on its limit up to that
+        limit, so a sentence that ends within the first pass's shorter one
+        has its final translation.
+        """
         empty = tf.constant(empty)
         limits = output_limits(encoder_tokens, max_length, self.extra_length)  # (batch,)
+        full_limits = limits
+        if first_pass and beam_size == 1:
+            limits = tf.minimum(limits, output_limits(
+                encoder_tokens, max_length, TRANSLATE_FIRST_PASS_EXTRA))  # (batch,)
         max_length = tf.reduce_max(tf.concat([limits, [0]], axis=0))
+        cut = np.zeros([len(empty)], bool)
         if beam_size == 1:
             output, scores = self._greedy(
                 encoder_tokens, max_length, tf.constant(False), empty, limits
             )
+            ended = tf.reduce_any(tf.equal(output, END_ID), axis=1)  # (batch,)
+            cut = (~ended & (limits < full_limits) & ~empty).numpy()
         else:
             output, scores = self._beam(
                 encoder_tokens, max_length, tf.constant(beam_size, tf.int32),
                 tf.constant(alpha, tf.float32), empty, limits,
             )
-        return output, scores.numpy().astype(np.float64), limits
+        return output, scores.numpy().astype(np.float64), limits, cut
 
 
 def _rows(tokens):
