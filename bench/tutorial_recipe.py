@@ -54,6 +54,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from real_text_scoring import bleu_all_ways, length_report, machine  # noqa: E402
 from reference_keras_mha import KerasMHATransformer, tutorial_masked_loss  # noqa: E402
+from tutorial_model import TutorialTransformer  # noqa: E402
 
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
 from transformer.data import build_tokenizers, load_corpus  # noqa: E402
@@ -122,6 +123,52 @@ def greedy_translate(model, tokenizers, sentences, max_length=64, batch_size=128
     return texts, out_lengths, in_lengths
 
 
+def greedy_translate_tutorial(model, tokenizers, sentences, max_length=64):
+    """Greedy decoding with the tutorial's layout (`bench/tutorial_model.py`), as its
+    `Translator` does it: the whole model runs again on the output so far at every
+    step, at most `max_length` tokens ([END] included).
+
+    The tutorial translates one sentence at a time, so its sources carry no
+    padding. Here sentences of the same source length share a batch, which
+    keeps that: a model whose padding mask Keras dropped would otherwise see
+    padding that the tutorial's decoding never shows it.
+
+    Returns `(texts, output_lengths, input_lengths)` in the order of `sentences`.
+    """
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)] * 2)
+    def next_token(context_tokens, x_tokens):
+        logits = model((context_tokens, x_tokens), training=False)  # (batch, tgt, vocab)
+        return tf.argmax(logits[:, -1, :], axis=-1, output_type=tf.int64)  # (batch,)
+
+    tokens = [t.numpy() for t in tokenizers.source.tokenize(tf.constant(sentences))]
+    by_length = {}
+    for i, t in enumerate(tokens):
+        by_length.setdefault(len(t), []).append(i)
+    texts = [""] * len(sentences)
+    out_lengths = [0] * len(sentences)
+    in_lengths = [len(t) for t in tokens]
+    for indices in by_length.values():
+        context_tokens = tf.constant(np.stack([tokens[i] for i in indices]))
+        batch = len(indices)
+        output = np.full([batch, 1], START_ID, np.int64)
+        finished = np.zeros([batch], bool)
+        lengths = np.zeros([batch], np.int64)
+        for _ in range(max_length):
+            token = next_token(context_tokens, tf.constant(output)).numpy()
+            token = np.where(finished, PAD_ID, token)
+            output = np.concatenate([output, token[:, None]], axis=1)
+            lengths += ~finished
+            finished |= token == END_ID
+            if finished.all():
+                break
+        decoded = tokenizers.target.detokenize(tf.constant(output)).numpy()
+        for j, i in enumerate(indices):
+            texts[i] = decoded[j].decode("utf-8")
+            out_lengths[i] = int(lengths[j])
+    return texts, out_lengths, in_lengths
+
+
 class EpochTimer(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.seconds = []
@@ -143,6 +190,11 @@ def main(argv=None):
     parser.add_argument("--key-dim", choices=("d_model", "heads"), default="d_model",
                         help="per-head depth: d_model (the tutorial's) or d_model/num_heads "
                              "(the paper's and ours)")
+    parser.add_argument("--model", choices=("reference", "tutorial"), default="reference",
+                        help="reference: our architecture on keras MultiHeadAttention with "
+                             "explicit masks (bench/reference_keras_mha.py); tutorial: the "
+                             "tutorial's own layout with Keras's implicit masks "
+                             "(bench/tutorial_model.py; always key_dim=d_model)")
     parser.add_argument("--warmup-steps", type=int, default=4000)
     parser.add_argument("--label-smoothing", type=float, default=0.0)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -174,8 +226,16 @@ def main(argv=None):
         train_ds = train_ds.repeat()
 
     keras.utils.set_random_seed(args.seed)
-    model = KerasMHATransformer(num_layers, d_model, num_heads, dff, src_vocab, tgt_vocab,
-                                dropout_rate=dropout, key_dim=key_dim)
+    if args.model == "tutorial":
+        if args.key_dim != "d_model":
+            parser.error("--model tutorial has the tutorial's key_dim=d_model only")
+        model = TutorialTransformer(num_layers, d_model, num_heads, dff, src_vocab, tgt_vocab,
+                                    dropout_rate=dropout)
+        translate = greedy_translate_tutorial
+    else:
+        model = KerasMHATransformer(num_layers, d_model, num_heads, dff, src_vocab, tgt_vocab,
+                                    dropout_rate=dropout, key_dim=key_dim)
+        translate = greedy_translate
     model.compile(
         optimizer=make_optimizer(d_model, args.warmup_steps),  # CustomSchedule + Adam
         loss=tutorial_masked_loss(args.label_smoothing),
@@ -200,7 +260,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     sources = [s for s, _ in corpus.test]
     references = [r for _, r in corpus.test]
-    texts, out_lengths, in_lengths = greedy_translate(
+    texts, out_lengths, in_lengths = translate(
         model, tokenizers, sources, max_length=args.max_decode)
     decode_seconds = time.perf_counter() - t0
     result = {
@@ -213,7 +273,8 @@ def main(argv=None):
         "keras": keras.__version__,
         "precision": "float32",
         "settings": {
-            "model": "bench/reference_keras_mha.KerasMHATransformer",
+            "model": ("bench/tutorial_model.TutorialTransformer" if args.model == "tutorial"
+                      else "bench/reference_keras_mha.KerasMHATransformer"),
             "num_layers": num_layers, "d_model": d_model, "num_heads": num_heads,
             "dff": dff, "dropout_rate": dropout, "key_dim": key_dim,
             "warmup_steps": args.warmup_steps, "label_smoothing": args.label_smoothing,

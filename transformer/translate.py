@@ -195,9 +195,13 @@ class Translator:
             computed on first access of `Translation.attention_weights`.
         batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
             A list is sorted by length and cut into batches, so that a batch
-            of short sentences stops early and one sentence that never emits
-            `[END]` only holds up its own batch; the results keep the list's
-            order.
+            of short sentences stops early; the results keep the list's
+            order. Greedy decoding first stops every sentence at its input
+            length + `TRANSLATE_FIRST_PASS_EXTRA` tokens, then decodes the
+            few cut there without `[END]` again, in batches of their own, up
+            to their full limit: a sentence that never emits `[END]` no
+            longer holds up a whole batch, and the results are those of one
+            pass.
 
     Returns:
         A `Translation` for a string, a list of them for a list.
