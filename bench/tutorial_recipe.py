@@ -59,6 +59,7 @@ from tutorial_model import TutorialTransformer  # noqa: E402
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
 from transformer.data import build_tokenizers, load_corpus  # noqa: E402
 from transformer.data.batching import batches_from_tokens, tokenize_pairs  # noqa: E402
+from transformer.run import evaluation as _scoring  # noqa: E402,F401 - loaded now, not after training
 from transformer.training import make_optimizer, masked_accuracy  # noqa: E402
 
 TUTORIAL_MAX_TOKENS = 128  # the tutorial's MAX_TOKENS
@@ -263,6 +264,10 @@ def main(argv=None):
     texts, out_lengths, in_lengths = translate(
         model, tokenizers, sources, max_length=args.max_decode)
     decode_seconds = time.perf_counter() - t0
+    if args.json:  # the translations first: nothing of a long run is lost to the scoring
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).with_suffix(".translations.txt").write_text(
+            "".join(t + "\n" for t in texts), encoding="utf-8")
     result = {
         "what": "the TensorFlow tutorial's recipe (bench/tutorial_recipe.py)",
         "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
