@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transformer.fast_ops import Dropout, add_and_layer_norm
+from transformer.fast_ops import Dropout, add_and_layer_norm, normalize
 
 
 def _keras_and_ours(shape, seed=0):
@@ -36,6 +36,23 @@ def test_layer_norm_value_and_gradients_equal_keras(shape):
     want, want_grads = grads(lambda: layer(x + y))
     np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
     for name, got, expected in zip(["x", "y", "gamma", "beta"], ours_grads, want_grads, strict=True):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"gradient of {name}")
+
+
+def test_normalize_value_and_gradients_equal_keras():
+    x, _, layer, dy = _keras_and_ours((3, 5, 16), seed=2)
+
+    def grads(fn):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = fn()
+        return out, tape.gradient(out, [x, layer.gamma, layer.beta], output_gradients=dy)
+
+    ours, ours_grads = grads(lambda: normalize(layer, x))
+    want, want_grads = grads(lambda: layer(x))
+    np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    for name, got, expected in zip(["x", "gamma", "beta"], ours_grads, want_grads, strict=True):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4,
                                    err_msg=f"gradient of {name}")
 

@@ -58,3 +58,36 @@ def test_layer_config_round_trip(cls):
 def test_layer_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EncoderLayer(**kwargs)
+
+
+def _layer_norm(x, norm):
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + norm.epsilon) * norm.gamma.numpy() + norm.beta.numpy()
+
+
+def test_encoder_layer_pre_norm_is_x_plus_sublayer_of_layer_norm_x():
+    """`normalize_first`: `x + sublayer(LayerNorm(x))` for both sublayers, each
+    with its own layer norm, and no layer norm after the sum."""
+    keras.utils.set_random_seed(0)
+    layer = EncoderLayer(d_model=16, num_heads=4, dff=32, dropout_rate=0.0,
+                         normalize_first=True)
+    x = tf.random.normal((2, 7, 16)) * 3 + 1
+    mask = create_padding_mask(tf.constant([[1] * 7, [1] * 5 + [0] * 2]))
+    out, weights = layer(x, padding_mask=mask)
+    block = layer.self_attention
+    h = tf.constant(_layer_norm(x.numpy(), block.layernorm), tf.float32)
+    attn, want_weights = block.mha(h, h, h, mask=mask)
+    x1 = x.numpy() + attn.numpy()
+    want = x1 + layer.ffn(_layer_norm(x1, layer.ffn_layernorm)).numpy()
+    np.testing.assert_allclose(out.numpy(), want, atol=1e-4)
+    np.testing.assert_allclose(weights.numpy(), want_weights.numpy(), atol=1e-6)
+    assert abs(out.numpy().mean()) > 0.1  # not normalized: the paper's layer would be
+
+
+@pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
+def test_pre_norm_layer_config_round_trip(cls):
+    layer = cls(d_model=16, num_heads=4, dff=32, normalize_first=True)
+    clone = cls.from_config(layer.get_config())
+    assert clone.normalize_first and clone.get_config() == layer.get_config()
+    assert not cls(d_model=16, num_heads=4, dff=32).normalize_first  # the paper's by default

@@ -199,8 +199,12 @@ def test_config_to_json_round_trip():
     text = config.to_json()
     data = json.loads(text)
     assert data == {"num_layers": 3, "d_model": 24, "num_heads": 6, "dff": 40,
-                    "dropout_rate": 0.25, "max_length": 17, "tie_embeddings": False}
+                    "dropout_rate": 0.25, "max_length": 17, "tie_embeddings": False,
+                    "normalize_first": False}
     assert list(data) == sorted(data)  # written with sorted keys
+    assert TransformerConfig.from_dict(data) == config
+    # A config.json written before `normalize_first` existed is a post-norm model.
+    del data["normalize_first"]
     assert TransformerConfig.from_dict(data) == config
     for preset in PRESETS.values():
         assert TransformerConfig.from_dict(json.loads(preset.to_json())) == preset
@@ -271,3 +275,27 @@ def test_tied_embeddings_need_one_vocabulary():
     with pytest.raises(ValueError, match=re.escape("expected (25, 16)")):
         Decoder(1, 16, 4, 32, vocab_size=25,
                 embedding=keras.layers.Embedding(30, 16))
+
+
+def test_pre_norm_model_closes_each_stack_with_a_layer_norm_and_saves(tmp_path):
+    keras.utils.set_random_seed(6)
+    model = _tiny(normalize_first=True, dropout_rate=0.0)
+    logits = model((CONTEXT, TARGET))
+    post = _tiny(dropout_rate=0.0)
+    post((CONTEXT, TARGET))
+    def paths(m):  # without the model's own name
+        return {w.path.split("/", 1)[1] for w in m.weights}
+
+    assert paths(model) - paths(post) == {f"{s}/final_layernorm/{v}"
+                                          for s in ("encoder", "decoder")
+                                          for v in ("gamma", "beta")}
+    context, _ = model.encoder(CONTEXT)
+    np.testing.assert_allclose(context.numpy().mean(-1), 0, atol=1e-5)  # normalized output
+    path = tmp_path / "pre.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.normalize_first
+    np.testing.assert_array_equal(loaded((CONTEXT, TARGET)).numpy(), logits.numpy())
+    config = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16, max_length=12,
+                               normalize_first=True)
+    assert config.build_model(30, 25).normalize_first

@@ -75,6 +75,19 @@ def test_cached_greedy_equals_naive_loop_on_random_models(seed, end_bias, max_le
                 assert (row[end:] == PAD_ID).all()
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed):
+    """The cache holds the projections of the normalized inputs, and the
+    decoder's closing layer norm runs on the newest position too."""
+    model = random_model(seed, end_bias=1.5, normalize_first=True)
+    sources = random_sources(seed, LENGTHS)
+    naive = naive_greedy_decode(model, sources, 12).numpy()
+    assert len(np.unique(naive)) >= 3
+    np.testing.assert_array_equal(cached_greedy_decode(model, sources, 12).numpy(), naive)
+    beam, _ = beam_search_decode(model, sources, 12, beam_size=1, alpha=0.0)
+    np.testing.assert_array_equal(beam.numpy()[:, : naive.shape[1]], naive)
+
+
 def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
     model = random_model(1, end_bias=1.5)  # ends after 4, 1, 7, 1 and 3 tokens
     sources = random_sources(1, LENGTHS)

@@ -20,7 +20,7 @@ TARGET_VOCAB = 50
 
 
 def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=64,
-                 tie_embeddings=False):
+                 tie_embeddings=False, normalize_first=False):
     """A tiny Transformer with random weights whose greedy outputs vary.
 
     Keras's default initialisation makes a small random decoder repeat one
@@ -30,14 +30,15 @@ def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=
     previous tokens. `end_bias` raises the `[END]` logit so that sentences of
     a batch stop at different steps. With `tie_embeddings` the source
     vocabulary is the target's (one table for both embeddings and the
-    logits, which then have no bias: `end_bias` must be 0).
+    logits, which then have no bias: `end_bias` must be 0). With
+    `normalize_first`, pre-norm layers.
     """
     keras.utils.set_random_seed(seed)
     model = Transformer(
         num_layers=2, d_model=32, num_heads=4, dff=64,
         input_vocab_size=target_vocab_size if tie_embeddings else SOURCE_VOCAB,
         target_vocab_size=target_vocab_size, max_length=max_length, dropout_rate=0.1,
-        tie_embeddings=tie_embeddings,
+        tie_embeddings=tie_embeddings, normalize_first=normalize_first,
     )
     model.build(((None, None), (None, None)))
     rng = np.random.default_rng(seed)

@@ -16,7 +16,7 @@ attend); convert with `1 - mask`.
 Incremental decoding runs through these same layers: `MultiHeadAttention`
 takes a `cache` of projected keys and values and returns it updated, and the
 blocks pass it through (see `MultiHeadAttention.call`). The speed kernels the
-blocks use (`Dropout`, `add_and_layer_norm`) are in `transformer.fast_ops`,
+blocks use (`Dropout`, `add_and_layer_norm`, `normalize`) are in `transformer.fast_ops`,
 and the weight converters to and from Keras's layer in
 `transformer.keras_interop`.
 """
@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
 from transformer.constants import LAYER_NORM_EPSILON, MASK_NEGATIVE_FLOAT32
-from transformer.fast_ops import Dropout, add_and_layer_norm
+from transformer.fast_ops import Dropout, add_and_layer_norm, normalize
 from transformer.masking import create_look_ahead_mask
 
 
@@ -265,18 +265,34 @@ class MultiHeadAttention(keras.layers.Layer):
         return config
 
 
-class _AttentionBlock(keras.layers.Layer):
-    """Multi-head attention wrapped as a post-norm residual sublayer (section 3.1).
+def sublayer_input(layernorm, x, normalize_first):
+    """What a residual sublayer computes on: `x` (post-norm, the paper's), or
+    `LayerNorm(x)` (pre-norm, `normalize_first`)."""
+    return normalize(layernorm, x) if normalize_first else x
 
-    `LayerNorm(x + Dropout(MultiHeadAttention(x, context, context)))`, epsilon 1e-6.
+
+def sublayer_output(layernorm, x, y, normalize_first):
+    """The residual connection around a sublayer whose output (after dropout) is
+    `y`: `LayerNorm(x + y)` (post-norm, section 3.1), or `x + y` (pre-norm)."""
+    return x + tf.cast(y, x.dtype) if normalize_first else add_and_layer_norm(layernorm, x, y)
+
+
+class _AttentionBlock(keras.layers.Layer):
+    """Multi-head attention wrapped as a residual sublayer (section 3.1).
+
+    Post-norm, the paper's: `LayerNorm(x + Dropout(MultiHeadAttention(x, context,
+    context)))`, epsilon 1e-6. With `normalize_first` (pre-norm, Xiong et al.,
+    2020): `x + Dropout(MultiHeadAttention(LayerNorm(x), context, context))`,
+    where `context` is already normalized (the encoder's output).
     """
 
-    def __init__(self, d_model, num_heads, dropout_rate=0.1, **kwargs):
+    def __init__(self, d_model, num_heads, dropout_rate=0.1, normalize_first=False, **kwargs):
         super().__init__(**kwargs)
         check_rate("dropout_rate", dropout_rate)
         self.d_model = d_model
         self.num_heads = num_heads
         self.dropout_rate = dropout_rate
+        self.normalize_first = bool(normalize_first)
         policy = self.dtype_policy
         self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
         self.dropout = Dropout(dropout_rate, dtype=policy)
@@ -289,9 +305,12 @@ class _AttentionBlock(keras.layers.Layer):
         self.layernorm.build(x_shape)
         self.built = True
 
+    def _input(self, x):
+        return sublayer_input(self.layernorm, x, self.normalize_first)
+
     def _residual(self, x, attn_output, training):
-        return add_and_layer_norm(
-            self.layernorm, x, self.dropout(attn_output, training=training)
+        return sublayer_output(
+            self.layernorm, x, self.dropout(attn_output, training=training), self.normalize_first
         )  # (batch, seq_len_q, d_model)
 
     def compute_output_shape(self, x_shape, *args, **kwargs):
@@ -304,6 +323,7 @@ class _AttentionBlock(keras.layers.Layer):
                 "d_model": self.d_model,
                 "num_heads": self.num_heads,
                 "dropout_rate": self.dropout_rate,
+                "normalize_first": self.normalize_first,
             }
         )
         return config
@@ -328,7 +348,8 @@ class EncoderSelfAttention(_AttentionBlock):
         self._build_block(x_shape, x_shape)
 
     def call(self, x, padding_mask=None, training=None):
-        attn, weights = self.mha(x, x, x, mask=padding_mask, training=training)
+        h = self._input(x)  # (batch, seq_len, d_model)
+        attn, weights = self.mha(h, h, h, mask=padding_mask, training=training)
         return self._residual(x, attn, training), weights
 
 
@@ -364,14 +385,16 @@ class MaskedDecoderSelfAttention(_AttentionBlock):
 
     def call(self, x, padding_mask=None, training=None, cache=None):
         if cache is not None:
+            h = self._input(x)  # (batch, d_model)
             attn, weights, cache = self.mha(
-                x, x, x, mask=padding_mask, training=training, cache=cache
+                h, h, h, mask=padding_mask, training=training, cache=cache
             )  # (batch, d_model), (batch, heads, 1, seq_len)
             return self._residual(x, attn, training), weights, cache
         mask = create_look_ahead_mask(tf.shape(x)[1])  # (seq_len, seq_len)
         if padding_mask is not None:
             mask = tf.maximum(tf.cast(padding_mask, mask.dtype), mask)
-        attn, weights = self.mha(x, x, x, mask=mask, training=training)
+        h = self._input(x)  # (batch, seq_len, d_model)
+        attn, weights = self.mha(h, h, h, mask=mask, training=training)
         return self._residual(x, attn, training), weights
 
 
@@ -404,10 +427,12 @@ class EncoderDecoderAttention(_AttentionBlock):
     def call(self, x, context=None, padding_mask=None, training=None, cache=None):
         if cache is not None:
             attn, weights, cache = self.mha(
-                x, None, None, mask=padding_mask, training=training, cache=cache
+                self._input(x), None, None, mask=padding_mask, training=training, cache=cache
             )  # (batch, d_model), (batch, heads, 1, seq_len_k)
             return self._residual(x, attn, training), weights, cache
-        attn, weights = self.mha(x, context, context, mask=padding_mask, training=training)
+        attn, weights = self.mha(
+            self._input(x), context, context, mask=padding_mask, training=training
+        )
         return self._residual(x, attn, training), weights
 
 

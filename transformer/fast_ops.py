@@ -7,7 +7,8 @@ in a training step (measured in bench/TRAIN_SPEED.md):
 - `Dropout`: `keras.layers.Dropout` with a random mask that costs half as
   much to draw.
 - `add_and_layer_norm`: the residual connection and layer norm of section
-  3.1 with its gradient written out.
+  3.1 with its gradient written out; `normalize`, the same layer norm alone,
+  for pre-norm sublayers.
 """
 
 from __future__ import annotations
@@ -131,15 +132,36 @@ def add_and_layer_norm(layer_norm, x, y):
     Returns:
         `(..., d_model)` in `layer_norm`'s compute dtype.
     """
+    return _apply_layer_norm(layer_norm, x, y, "add_and_layer_norm")
+
+
+def normalize(layer_norm, x):
+    """`layer_norm(x)` in the fewer ops of `add_and_layer_norm`: the layer norm of
+    a pre-norm sublayer (`x + sublayer(layer_norm(x))`).
+
+    Args:
+        layer_norm: a `keras.layers.LayerNormalization` over the last axis, with
+            `center` and `scale` on.
+        x: `(..., d_model)`.
+
+    Returns:
+        `(..., d_model)` in `layer_norm`'s compute dtype.
+    """
+    return _apply_layer_norm(layer_norm, x, None, "normalize")
+
+
+def _apply_layer_norm(layer_norm, x, y, name):
     if not layer_norm.built:
         layer_norm.build(x.shape)
     dtype = layer_norm.compute_dtype
     # Named, so that profiles show the layer norm as such.
-    with tf.name_scope("add_and_layer_norm"):
+    with tf.name_scope(name):
         # The layer's gamma and beta are float32 even under mixed precision
         # (Keras never autocasts them).
         gamma = tf.convert_to_tensor(layer_norm.gamma)  # (d_model,)
         beta = tf.convert_to_tensor(layer_norm.beta)  # (d_model,)
-        return _add_and_normalize(
-            tf.cast(x, dtype), tf.cast(y, dtype), gamma, beta, float(layer_norm.epsilon)
-        )
+        x = tf.cast(x, dtype)
+        if y is None:
+            z = tf.cast(x, tf.float32)
+            return tf.cast(_layer_norm(z, gamma, beta, float(layer_norm.epsilon)), dtype)
+        return _add_and_normalize(x, tf.cast(y, dtype), gamma, beta, float(layer_norm.epsilon))

@@ -1,7 +1,11 @@
 """The position-wise feed-forward network and the encoder and decoder layers.
 
-Sections 3.1 and 3.3 of Vaswani et al., 2017. Every sublayer is post-norm:
-`LayerNorm(x + Dropout(sublayer(x)))` with epsilon 1e-6.
+Sections 3.1 and 3.3 of Vaswani et al., 2017. Every sublayer is post-norm, the
+paper's `LayerNorm(x + Dropout(sublayer(x)))` with epsilon 1e-6, or, with
+`normalize_first=True`, pre-norm: `x + Dropout(sublayer(LayerNorm(x)))`
+(Xiong et al., 2020, "On Layer Normalization in the Transformer
+Architecture"), which learns faster in short runs on real text
+(BENCHMARKS.md, "Real text: pre-norm").
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from transformer.attention import (
     EncoderDecoderAttention,
     EncoderSelfAttention,
     MaskedDecoderSelfAttention,
+    sublayer_input,
+    sublayer_output,
 )
 from transformer.constants import LAYER_NORM_EPSILON
-from transformer.fast_ops import Dropout, add_and_layer_norm
+from transformer.fast_ops import Dropout
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -66,7 +72,8 @@ class FeedForward(keras.layers.Layer):
 
 
 class _LayerBase(keras.layers.Layer):
-    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
+    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
+                 **kwargs):
         super().__init__(**kwargs)
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -76,6 +83,7 @@ class _LayerBase(keras.layers.Layer):
         self.num_heads = num_heads
         self.dff = dff
         self.dropout_rate = dropout_rate
+        self.normalize_first = bool(normalize_first)
         policy = self.dtype_policy
         self.ffn = FeedForward(d_model, dff, dtype=policy, name="ffn")
         self.ffn_dropout = Dropout(dropout_rate, dtype=policy)
@@ -88,8 +96,10 @@ class _LayerBase(keras.layers.Layer):
         self.ffn_layernorm.build(x_shape)
 
     def _ffn_block(self, x, training):
-        return add_and_layer_norm(
-            self.ffn_layernorm, x, self.ffn_dropout(self.ffn(x), training=training)
+        h = sublayer_input(self.ffn_layernorm, x, self.normalize_first)
+        return sublayer_output(
+            self.ffn_layernorm, x, self.ffn_dropout(self.ffn(h), training=training),
+            self.normalize_first,
         )  # (batch, seq_len, d_model)
 
     def compute_output_shape(self, x_shape, *args, **kwargs):
@@ -103,6 +113,7 @@ class _LayerBase(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "dff": self.dff,
                 "dropout_rate": self.dropout_rate,
+                "normalize_first": self.normalize_first,
             }
         )
         return config
@@ -114,6 +125,7 @@ class EncoderLayer(_LayerBase):
 
     Args:
         d_model, num_heads, dff, dropout_rate: as in the paper.
+        normalize_first: pre-norm sublayers instead of the paper's post-norm.
 
     Call arguments:
         x: `(batch, seq_len, d_model)`.
@@ -126,10 +138,12 @@ class EncoderLayer(_LayerBase):
         `(batch, num_heads, seq_len, seq_len)`.
     """
 
-    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
-        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
+    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
+                 **kwargs):
+        super().__init__(d_model, num_heads, dff, dropout_rate, normalize_first, **kwargs)
         self.self_attention = EncoderSelfAttention(
-            d_model, num_heads, dropout_rate, dtype=self.dtype_policy, name="self_attention"
+            d_model, num_heads, dropout_rate, self.normalize_first, dtype=self.dtype_policy,
+            name="self_attention",
         )
 
     def build(self, x_shape):
@@ -171,14 +185,17 @@ class DecoderLayer(_LayerBase):
         cache)` with the cache updated.
     """
 
-    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, **kwargs):
-        super().__init__(d_model, num_heads, dff, dropout_rate, **kwargs)
+    def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
+                 **kwargs):
+        super().__init__(d_model, num_heads, dff, dropout_rate, normalize_first, **kwargs)
         policy = self.dtype_policy
         self.causal_self_attention = MaskedDecoderSelfAttention(
-            d_model, num_heads, dropout_rate, dtype=policy, name="causal_self_attention"
+            d_model, num_heads, dropout_rate, self.normalize_first, dtype=policy,
+            name="causal_self_attention",
         )
         self.cross_attention = EncoderDecoderAttention(
-            d_model, num_heads, dropout_rate, dtype=policy, name="cross_attention"
+            d_model, num_heads, dropout_rate, self.normalize_first, dtype=policy,
+            name="cross_attention",
         )
 
     def build(self, x_shape, context_shape):

@@ -14,8 +14,8 @@ import keras
 import tensorflow as tf
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
-from transformer.constants import DEFAULT_MAX_LENGTH
-from transformer.fast_ops import Dropout
+from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
+from transformer.fast_ops import Dropout, normalize
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
 from transformer.positional import PositionalEmbedding
@@ -24,7 +24,7 @@ from transformer.positional import PositionalEmbedding
 class _Stack(keras.layers.Layer):
     def __init__(
         self, num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
-        embedding=None, **kwargs
+        embedding=None, normalize_first=False, **kwargs
     ):
         super().__init__(**kwargs)
         check_positive_int("num_layers", num_layers)
@@ -47,6 +47,20 @@ class _Stack(keras.layers.Layer):
             name="pos_embedding",
         )
         self.dropout = Dropout(dropout_rate, dtype=policy)
+        self.normalize_first = bool(normalize_first)
+        # Pre-norm sublayers leave the sum unnormalized: one layer norm closes the stack.
+        self.final_layernorm = keras.layers.LayerNormalization(
+            epsilon=LAYER_NORM_EPSILON, dtype=policy, name="final_layernorm"
+        ) if self.normalize_first else None
+
+    def _layers_built(self, hidden_shape):
+        if self.final_layernorm is not None:
+            self.final_layernorm.build(hidden_shape)
+        self.built = True
+
+    def _close(self, x):
+        """The stack's output: `x`, or `LayerNorm(x)` after pre-norm layers."""
+        return x if self.final_layernorm is None else normalize(self.final_layernorm, x)
 
     def get_config(self):
         config = super().get_config()
@@ -59,6 +73,7 @@ class _Stack(keras.layers.Layer):
                 "vocab_size": self.vocab_size,
                 "max_length": self.max_length,
                 "dropout_rate": self.dropout_rate,
+                "normalize_first": self.normalize_first,
             }
         )
         return config
@@ -75,6 +90,8 @@ class Encoder(_Stack):
         dropout_rate: dropout after the embedding and on every sublayer output.
         embedding: an existing `keras.layers.Embedding` to share (section
             3.4), or None for the layer's own; see `PositionalEmbedding`.
+        normalize_first: pre-norm layers (`transformer.layers`), with one
+            more layer norm on the stack's output.
 
     Call arguments:
         x: int source tokens `(batch, input_len)`; id 0 is padding.
@@ -97,16 +114,17 @@ class Encoder(_Stack):
         max_length=DEFAULT_MAX_LENGTH,
         dropout_rate=0.1,
         embedding=None,
+        normalize_first=False,
         **kwargs,
     ):
         super().__init__(
             num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
-            embedding, **kwargs
+            embedding, normalize_first, **kwargs
         )
         self.enc_layers = [
             EncoderLayer(
-                d_model, num_heads, dff, dropout_rate, dtype=self.dtype_policy,
-                name=f"encoder_layer{i + 1}",
+                d_model, num_heads, dff, dropout_rate, self.normalize_first,
+                dtype=self.dtype_policy, name=f"encoder_layer{i + 1}",
             )
             for i in range(num_layers)
         ]
@@ -116,7 +134,7 @@ class Encoder(_Stack):
         hidden_shape = (*tuple(x_shape), self.d_model)
         for layer in self.enc_layers:
             layer.build(hidden_shape)
-        self.built = True
+        self._layers_built(hidden_shape)
 
     def call(self, x, padding_mask=None, training=None):
         if padding_mask is None:
@@ -127,7 +145,7 @@ class Encoder(_Stack):
         for i, layer in enumerate(self.enc_layers):
             x, weights = layer(x, padding_mask=padding_mask, training=training)
             attention_weights[f"encoder_layer{i + 1}"] = weights
-        return x, attention_weights
+        return self._close(x), attention_weights
 
     def compute_output_shape(self, x_shape, *args, **kwargs):
         return (*tuple(x_shape), self.d_model)
@@ -144,6 +162,8 @@ class Decoder(_Stack):
         dropout_rate: dropout after the embedding and on every sublayer output.
         embedding: an existing `keras.layers.Embedding` to share (section
             3.4), or None for the layer's own; see `PositionalEmbedding`.
+        normalize_first: pre-norm layers (`transformer.layers`), with one
+            more layer norm on the stack's output.
 
     Call arguments:
         x: int target tokens `(batch, target_len)` (right-shifted, starting with
@@ -180,16 +200,17 @@ class Decoder(_Stack):
         max_length=DEFAULT_MAX_LENGTH,
         dropout_rate=0.1,
         embedding=None,
+        normalize_first=False,
         **kwargs,
     ):
         super().__init__(
             num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
-            embedding, **kwargs
+            embedding, normalize_first, **kwargs
         )
         self.dec_layers = [
             DecoderLayer(
-                d_model, num_heads, dff, dropout_rate, dtype=self.dtype_policy,
-                name=f"decoder_layer{i + 1}",
+                d_model, num_heads, dff, dropout_rate, self.normalize_first,
+                dtype=self.dtype_policy, name=f"decoder_layer{i + 1}",
             )
             for i in range(num_layers)
         ]
@@ -199,7 +220,7 @@ class Decoder(_Stack):
         hidden_shape = (*tuple(x_shape), self.d_model)
         for layer in self.dec_layers:
             layer.build(hidden_shape, context_shape)
-        self.built = True
+        self._layers_built(hidden_shape)
 
     def call(self, x, context=None, padding_mask=None, training=None, cache=None):
         target_padding = create_padding_mask(x)  # (batch, 1, 1, target_len)
@@ -226,6 +247,7 @@ class Decoder(_Stack):
             new_cache.extend(outputs[3:])
             attention_weights[f"decoder_layer{i + 1}_block1"] = block1
             attention_weights[f"decoder_layer{i + 1}_block2"] = block2
+        x = self._close(x)
         if cache is not None:
             return x, attention_weights, new_cache
         return x, attention_weights
@@ -298,6 +320,9 @@ class Transformer(keras.Model):
             (`input_vocab_size == target_vocab_size`, e.g. a shared
             SentencePiece model); `final_layer` is then a
             `TiedOutputProjection`, without a bias.
+        normalize_first: pre-norm sublayers, `x + Dropout(sublayer(LayerNorm(x)))`,
+            and a layer norm on the encoder's and the decoder's output, instead
+            of the paper's post-norm (see `transformer.layers`).
 
     Call arguments:
         inputs: a tuple `(context, x)`: int source tokens `(batch, input_len)` and
@@ -331,6 +356,7 @@ class Transformer(keras.Model):
         max_length=DEFAULT_MAX_LENGTH,
         dropout_rate=0.1,
         tie_embeddings=False,
+        normalize_first=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -351,15 +377,17 @@ class Transformer(keras.Model):
         self.max_length = max_length
         self.dropout_rate = dropout_rate
         self.tie_embeddings = bool(tie_embeddings)
+        self.normalize_first = bool(normalize_first)
         policy = self.dtype_policy
         self.encoder = Encoder(
             num_layers, d_model, num_heads, dff, input_vocab_size, max_length, dropout_rate,
-            dtype=policy, name="encoder",
+            normalize_first=self.normalize_first, dtype=policy, name="encoder",
         )
         shared = self.encoder.pos_embedding.embedding if self.tie_embeddings else None
         self.decoder = Decoder(
             num_layers, d_model, num_heads, dff, target_vocab_size, max_length, dropout_rate,
-            embedding=shared, dtype=policy, name="decoder",
+            embedding=shared, normalize_first=self.normalize_first, dtype=policy,
+            name="decoder",
         )
         if self.tie_embeddings:
             self.final_layer = TiedOutputProjection(shared, dtype=policy, name="final_layer")
@@ -404,6 +432,7 @@ class Transformer(keras.Model):
                 "max_length": self.max_length,
                 "dropout_rate": self.dropout_rate,
                 "tie_embeddings": self.tie_embeddings,
+                "normalize_first": self.normalize_first,
             }
         )
         return config
@@ -435,6 +464,8 @@ class TransformerConfig:
     # One weight matrix for both embeddings and the pre-softmax projection
     # (section 3.4); needs a shared vocabulary.
     tie_embeddings: bool = False
+    # Pre-norm sublayers instead of the paper's post-norm (`transformer.layers`).
+    normalize_first: bool = False
 
     def __post_init__(self):
         for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
@@ -479,6 +510,7 @@ class TransformerConfig:
             max_length=self.max_length,
             dropout_rate=self.dropout_rate,
             tie_embeddings=self.tie_embeddings,
+            normalize_first=self.normalize_first,
             **kwargs,
         )
         model.build(((None, None), (None, None)))
