@@ -81,7 +81,7 @@ def test_real_corpora_are_sized_from_the_corpus():
     assert config.shared_vocab and config.model.tie_embeddings and config.fit_warmup
     sized = size_epochs_and_batches(25_000, 9.0, config)
     assert config.batch_size == CORPUS_DEFAULTS["batch_size"] == 32
-    assert sized == {"epochs": 8, "batch_tokens": 288}  # 200,000 pairs seen; 32 x 9 tokens
+    assert sized == {"epochs": 7, "batch_tokens": 288}  # 180,000 pairs seen; 32 x 9 tokens
     assert size_epochs_and_batches(1_000_000, 9.0, config)["epochs"] == 2
     assert size_epochs_and_batches(1_000, 9.0, config)["epochs"] == 20
     mirrored = RunConfig(dataset="ted_hrlr_translate/pt_to_en", strategy="mirrored")
