@@ -264,10 +264,11 @@ def main(argv=None):
     texts, out_lengths, in_lengths = translate(
         model, tokenizers, sources, max_length=args.max_decode)
     decode_seconds = time.perf_counter() - t0
-    if args.json:  # the translations first: nothing of a long run is lost to the scoring
+    if args.json:  # the translations and weights first: nothing of a long run is lost
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).with_suffix(".translations.txt").write_text(
             "".join(t + "\n" for t in texts), encoding="utf-8")
+        model.save_weights(Path(args.json).with_suffix(".weights.h5"))
     result = {
         "what": "the TensorFlow tutorial's recipe (bench/tutorial_recipe.py)",
         "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
