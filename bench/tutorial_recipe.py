@@ -65,6 +65,27 @@ from transformer.training import make_optimizer, masked_accuracy  # noqa: E402
 TUTORIAL_MAX_TOKENS = 128  # the tutorial's MAX_TOKENS
 
 
+def _greedy_loop(next_token, batch, max_length):
+    """`[START]` then the arg-max tokens of `next_token(output_so_far)` for a batch,
+    `[PAD]` after a sentence's `[END]`, at most `max_length` steps.
+
+    Returns `(output, lengths)`: int64 numpy `(batch, 1 + steps)` with `[START]`,
+    and each sentence's output tokens (`[END]` included).
+    """
+    output = np.full([batch, 1], START_ID, np.int64)
+    finished = np.zeros([batch], bool)
+    lengths = np.zeros([batch], np.int64)
+    for _ in range(max_length):
+        token = next_token(tf.constant(output)).numpy()  # (batch,)
+        token = np.where(finished, PAD_ID, token)
+        output = np.concatenate([output, token[:, None]], axis=1)
+        lengths += ~finished
+        finished |= token == END_ID
+        if finished.all():
+            break
+    return output, lengths
+
+
 def greedy_translate(model, tokenizers, sentences, max_length=64, batch_size=128):
     """Greedy decoding of `sentences` with the reference model, at most `max_length`
     output tokens ([END] included); the encoder runs once per batch.
@@ -103,18 +124,8 @@ def greedy_translate(model, tokenizers, sentences, max_length=64, batch_size=128
         context_tokens = tokenizers.source.tokenize(
             tf.constant([sentences[i] for i in indices])).to_tensor(default_value=PAD_ID)
         context = encode(context_tokens)
-        batch = len(indices)
-        output = np.full([batch, 1], START_ID, np.int64)
-        finished = np.zeros([batch], bool)
-        lengths = np.zeros([batch], np.int64)
-        for _ in range(max_length):
-            token = next_token(context, context_tokens, tf.constant(output)).numpy()
-            token = np.where(finished, PAD_ID, token)
-            output = np.concatenate([output, token[:, None]], axis=1)
-            lengths += ~finished
-            finished |= token == END_ID
-            if finished.all():
-                break
+        output, lengths = _greedy_loop(
+            lambda x, c=context, t=context_tokens: next_token(c, t, x), len(indices), max_length)
         decoded = tokenizers.target.detokenize(tf.constant(output)).numpy()
         src_len = np.count_nonzero(context_tokens.numpy() != PAD_ID, axis=1)
         for j, i in enumerate(indices):
@@ -151,18 +162,8 @@ def greedy_translate_tutorial(model, tokenizers, sentences, max_length=64):
     in_lengths = [len(t) for t in tokens]
     for indices in by_length.values():
         context_tokens = tf.constant(np.stack([tokens[i] for i in indices]))
-        batch = len(indices)
-        output = np.full([batch, 1], START_ID, np.int64)
-        finished = np.zeros([batch], bool)
-        lengths = np.zeros([batch], np.int64)
-        for _ in range(max_length):
-            token = next_token(context_tokens, tf.constant(output)).numpy()
-            token = np.where(finished, PAD_ID, token)
-            output = np.concatenate([output, token[:, None]], axis=1)
-            lengths += ~finished
-            finished |= token == END_ID
-            if finished.all():
-                break
+        output, lengths = _greedy_loop(
+            lambda x, t=context_tokens: next_token(t, x), len(indices), max_length)
         decoded = tokenizers.target.detokenize(tf.constant(output)).numpy()
         for j, i in enumerate(indices):
             texts[i] = decoded[j].decode("utf-8")
