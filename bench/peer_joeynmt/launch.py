@@ -1,5 +1,5 @@
 """Runs JoeyNMT 2.3 (`python -m joeynmt MODE CONFIG ...`) on one CPU thread, with
-the shims it needs on current PyTorch and a wall-clock budget for training.
+the shim it needs on current PyTorch and a wall-clock budget for training.
 
 Run by the peer benchmark (`bench/peer_joeynmt/run.py`) with the Python of the
 peer's own virtual environment, never with the project's. JoeyNMT's files are
@@ -12,13 +12,9 @@ not changed; everything below is applied in this process only:
   shim is a subclass that drops `verbose` and is put in place of the class in
   `torch.optim.lr_scheduler` and in `joeynmt.builders` (which imported it by
   name). It is applied only when the installed class has no `verbose`.
-- `torch.load`: PyTorch 2.6 made `weights_only=True` the default, which cannot
-  load JoeyNMT's own checkpoints (they hold its training statistics as plain
-  Python objects). JoeyNMT's `load_checkpoint` is wrapped to pass
-  `weights_only=False`, for the checkpoints this run wrote itself.
 - `--budget-seconds S` (train mode): the wall clock starts at the first
-  training batch (after data loading, vocabulary and model building, which
-  are timed separately) and, once S seconds have passed, the next batch raises
+  training batch (data loading, vocabulary and model building are not
+  counted; `process_seconds` includes them) and, once S seconds have passed, the next batch raises
   `KeyboardInterrupt`, which JoeyNMT's trainer handles as a user's Ctrl-C: it
   logs the step and saves the current weights as `latest.ckpt`. Validations
   count towards the budget (they are part of what training costs a user); one
@@ -27,7 +23,7 @@ not changed; everything below is applied in this process only:
   (`CONFIG.yaml`, with PyYAML, which reads `1e-05` in JSON as a string) and
   that file is passed to JoeyNMT.
 - `--stats-json FILE` (train mode): updates, target tokens (JoeyNMT's
-  `batch.ntokens`: non-padding target tokens, `</s>` included), seconds in
+  `batch.ntokens`: non-padding target tokens, the end token included), seconds in
   training batches and in validations, and the number of validations.
 
 Example (from the repository root, after `bash bench/peer_joeynmt/setup_venv.sh`):
@@ -65,22 +61,6 @@ def _install_scheduler_shim() -> bool:
 
     joeynmt.builders.ReduceLROnPlateau = ReduceLROnPlateau
     return True
-
-
-def _install_checkpoint_shim() -> None:
-    """JoeyNMT's `load_checkpoint` with `weights_only=False` (PyTorch >= 2.6)."""
-    import joeynmt.helpers
-    import joeynmt.prediction
-    import joeynmt.training
-    import torch
-
-    def load_checkpoint(path, map_location):
-        assert path.is_file(), f"Checkpoint {path} not found."
-        return torch.load(path, map_location=map_location, weights_only=False)
-
-    for module in (joeynmt.helpers, joeynmt.prediction, joeynmt.training):
-        if hasattr(module, "load_checkpoint"):
-            module.load_checkpoint = load_checkpoint
 
 
 def _as_yaml(json_path: str) -> str:
@@ -168,7 +148,6 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(args.threads)
     shimmed = _install_scheduler_shim()
-    _install_checkpoint_shim()
     clock = _TrainingClock(args.budget_seconds)
     clock.install()
 
