@@ -174,8 +174,9 @@ def test_show_displays_the_fragment(monkeypatch):
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", shown.append)
-    page = show_attention_explorer(_weights_dict(), SOURCE, TARGET, sentence="o gato")
-    assert shown == [page] and page.data.startswith('<div class="txe"') and "o gato" in page.data
+    assert show_attention_explorer(_weights_dict(), SOURCE, TARGET, sentence="o gato") is None
+    assert len(shown) == 1 and isinstance(shown[0], IPython.display.HTML)
+    assert shown[0].data.startswith('<div class="txe"') and "o gato" in shown[0].data
 
 
 # ---------------------------------------------------------------------------

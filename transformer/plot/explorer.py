@@ -165,22 +165,21 @@ def attention_explorer_html(
     )
 
 
-def show_attention_explorer(attention_weights, input_tokens, tokens, **kwargs):
-    """Displays the attention explorer inline in Jupyter and returns its `HTML` object.
+def show_attention_explorer(attention_weights, input_tokens, tokens, **kwargs) -> None:
+    """Displays the attention explorer inline in Jupyter.
 
     Takes the arguments of `attention_explorer_html` (without `full_page`).
     The script runs where the output is inserted, with no require.js, so it
     works in classic Notebook and in JupyterLab (in a trusted notebook:
     Jupyter does not run the scripts of outputs it did not produce itself;
-    the page says so when its script has not run).
+    the page says so when its script has not run). Returns None, so that a
+    cell ending with the call shows the page once.
     """
     from IPython.display import HTML, display
 
-    page = HTML(
+    display(HTML(
         attention_explorer_html(attention_weights, input_tokens, tokens, full_page=False, **kwargs)
-    )
-    display(page)
-    return page
+    ))
 
 
 def _asset(name: str) -> str:
