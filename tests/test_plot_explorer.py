@@ -280,8 +280,8 @@ def test_a_model_view_click_and_a_hover_change_the_head_view(page, tmp_path):
 
 
 def test_two_inline_copies_run_as_jupyterlab_inserts_them(page):
-    """JupyterLab sets an output's HTML on a detached node and then re-creates its
-    scripts; the explorer finds its own element through `document.currentScript`."""
+    """JupyterLab sets an output's HTML on a detached node and re-creates its scripts
+    (attributes and text), which run once the node is in the page."""
     page.set_content("<html><body><div id=cells></div></body></html>")
     fragments = [_explorer(full_page=False), _explorer(full_page=False)]
     page.evaluate("""fragments => fragments.forEach(html => {
@@ -298,4 +298,23 @@ def test_two_inline_copies_run_as_jupyterlab_inserts_them(page):
     assert page.locator(".txe[data-txe-ready]").count() == 2
     assert page.locator(".txe-cell").count() == 2 * LAYERS * HEADS
     assert len(set(page.eval_on_selector_all(".txe", "els => els.map(e => e.id)"))) == 2
+    assert page.errors == [] and page.requests == []
+
+
+def test_an_inline_copy_runs_as_classic_notebook_inserts_it(page):
+    """Classic Notebook (jQuery) inserts the output, then evaluates each script in a
+    temporary element of <head>: the explorer finds its element by its class."""
+    page.set_content("<html><head></head><body></body></html>")
+    page.evaluate("""html => {
+        const output = document.createElement('div');
+        output.innerHTML = html;
+        document.body.appendChild(output);
+        output.querySelectorAll('script:not([type])').forEach(old => {
+            const script = document.createElement('script');
+            script.text = old.textContent;
+            document.head.appendChild(script).parentNode.removeChild(script);
+        });
+    }""", _explorer(full_page=False))
+    assert page.locator(".txe[data-txe-ready]").count() == 1
+    assert page.locator(".txe-cell").count() == LAYERS * HEADS
     assert page.errors == [] and page.requests == []
