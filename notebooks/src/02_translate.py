@@ -208,9 +208,9 @@ for (source, reference), result in zip(sentences.items(), results, strict=True):
 
 # %% [markdown]
 # "o gato preto" is not a sentence of the grammar (every training sentence has
-# a verb), which makes it a good test of what the model learnt: it translates
-# the noun phrase, then goes on with a verb phrase of its own, as every
-# sentence it has seen did.
+# a verb), which makes it a good test of what the model learnt. This run
+# translates the noun phrase and stops there, without inventing a verb: it
+# follows its source rather than the shape of every sentence it was trained on.
 #
 # ## 5. Encoder-decoder attention: where each English word looks
 #
