@@ -296,3 +296,20 @@ def test_tokenizers_saved_before_sentencepiece_still_load():
     ids = tokenizers.target.tokenize(tf.constant(["the black cat"]))
     assert ids.to_list()[0][0] == START_ID and ids.to_list()[0][-1] == END_ID
     assert _texts(tokenizers.target.detokenize(ids)) == ["the black cat"]
+
+
+def test_bpe_words_are_one_piece_in_tensorflow(tmp_path):
+    # TensorFlow Text segments every model the unigram way; a BPE model keeps its
+    # whole-word pieces only because they are rescored by use (the module docstring).
+    english = [target for _, target in PAIRS]
+    proto = learn_sentencepiece_model(english, VOCAB_SIZE, model_type="bpe")
+    files = write_sentencepiece_files(proto, tmp_path, "bpe")
+    tokenizer = SentencePieceTokenizer(files.model)
+    pieces = set(Path(files.vocab).read_text(encoding="utf-8").split())
+    words = sorted({w for s in english for w in s.split() if "▁" + w in pieces})
+    assert len(words) > 20
+    for word in words:
+        assert _texts(tokenizer.lookup(tokenizer.tokenize(tf.constant([word])))[0]) == [
+            "[START]", "▁" + word, "[END]"], word
+    assert _texts(tokenizer.detokenize(tokenizer.tokenize(tf.constant(english[:20])))) == [
+        " ".join(s.split()) for s in english[:20]]

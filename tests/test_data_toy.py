@@ -237,3 +237,39 @@ def test_cli_bad_arguments_exit_nonzero_without_traceback(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--sample", "three"])
     assert exit_info.value.code == 2
+
+
+@pytest.fixture(scope="module")
+def toy_tokenizers():
+    """The toy corpus's tokenizers as `train.py` builds them (RunConfig's defaults)."""
+    from transformer.data.tokenizers import build_tokenizers
+    from transformer.run.config import RunConfig
+
+    config = RunConfig()
+    return build_tokenizers(
+        generate_toy_corpus(seed=0, n_train=5000, n_valid=10, n_test=10).train,
+        config.vocab_size, config.lower_case, kind=config.tokenizer,
+        learn_params=config.tokenizer_learn_params,
+    )
+
+
+def _pieces(tokenizer, sentence: str) -> list[str]:
+    import tensorflow as tf
+
+    ids = tokenizer.tokenize(tf.constant([sentence]))
+    return [p.decode("utf-8") for p in tokenizer.lookup(ids)[0].numpy()][1:-1]
+
+
+def test_toy_words_are_whole_pieces(toy_tokenizers):
+    # So that every row and column of the toy model's attention maps is a word.
+    assert _pieces(toy_tokenizers.source, "o gato preto come o bolo") == [
+        "▁o", "▁gato", "▁preto", "▁come", "▁o", "▁bolo"]
+    assert _pieces(toy_tokenizers.target, "the black cat eats the cake") == [
+        "▁the", "▁black", "▁cat", "▁eats", "▁the", "▁cake"]
+    pt, en = toy_vocabulary()
+    for tokenizer, words in ((toy_tokenizers.source, pt), (toy_tokenizers.target, en)):
+        split = [w for w in words if _pieces(tokenizer, w) != ["▁" + w]]
+        assert split == []
+    # The possessive keeps its own pieces; a word outside the grammar is spelled out.
+    assert _pieces(toy_tokenizers.target, "the boy's book") == ["▁the", "▁boy", "'", "s", "▁book"]
+    assert len(_pieces(toy_tokenizers.target, "zebra")) > 1

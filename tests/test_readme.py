@@ -86,7 +86,7 @@ def _sentences_given(command: str) -> int | None:
             skip_next = False
         elif word.startswith("--"):
             skip_next = word in ("--run", "--beam", "--plot", "--layer", "--alpha",
-                                 "--max-length")
+                                 "--max-length", "--html")
         else:
             sentences.append(word)
     return len(sentences)

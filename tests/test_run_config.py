@@ -164,3 +164,19 @@ def test_default_model_drops_dropout_on_real_corpora_unless_given():
     assert default_model("tutorial").dropout_rate == PRESETS["tutorial"].dropout_rate == 0.1
     given = default_model("tutorial", data="pairs.tsv", d_model=64, dropout_rate=None)
     assert (given.d_model, given.dropout_rate) == (64, 0.0)
+
+
+def test_the_toy_corpus_learns_bpe_and_older_configs_keep_unigram():
+    from transformer.run.config import RunConfig
+
+    toy = RunConfig()
+    assert toy.subword_model == "bpe"
+    assert toy.tokenizer_learn_params == {"model_type": "bpe"}
+    assert RunConfig(data="a.tsv").subword_model == "unigram"
+    assert RunConfig(data="a.tsv", tokenizer="wordpiece").tokenizer_learn_params is None
+    saved = toy.to_dict()
+    saved.pop("subword_model")
+    saved["format_version"] = 5
+    assert RunConfig.from_dict(saved).subword_model == "unigram"
+    with pytest.raises(ValueError, match="`subword_model`.*Received: subword_model='bpf'"):
+        RunConfig(subword_model="bpf")

@@ -146,3 +146,19 @@ def test_help_says_what_happens_to_bad_bytes(tmp_path):
     done = _run(["--help"], tmp_path)
     assert done.returncode == 0
     assert "not valid UTF-8" in done.stdout and "nothing is translated" in done.stdout
+
+
+def test_html_writes_one_self_contained_explorer_per_sentence(run_dir, sentences, translator,
+                                                                tmp_path):
+    done = _run(["--run", run_dir, sentences[0], sentences[1], "--html", "out/explorer.html"],
+                tmp_path)
+    assert done.returncode == 0, done.stderr
+    _assert_clean_stderr(done.stderr)
+    for i, sentence in enumerate(sentences[:2], start=1):
+        page = (tmp_path / "out" / f"explorer_{i}.html").read_text(encoding="utf-8")
+        assert page.startswith("<!DOCTYPE html>") and "<script" in page
+        assert sentence in page and translator(sentence).text in page and str(run_dir) in page
+        assert "src=" not in page and "href=" not in page
+    assert "attention explorer" in done.stderr
+    done = _run(["--run", run_dir, "o gato", "--html", "explorer.png"], tmp_path)
+    _assert_one_line_error(done, "--html explorer.png", ".html")

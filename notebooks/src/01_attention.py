@@ -14,7 +14,8 @@
 # 4. additive versus dot-product attention (§3.2.1);
 # 5. masking: padding, look-ahead, and the Keras `attention_mask` pitfall;
 # 6. multi-head attention (§3.2.2);
-# 7. the three uses of attention in the model (§3.2.3), on a small trained model.
+# 7. the three uses of attention in the model (§3.2.3), on a small trained model;
+# 8. two exercises, with answers.
 #
 # The study outline numbers the last two "3.2.3" and "3.2.4"; in the paper
 # (arXiv v5) multi-head attention is §3.2.2 and its applications §3.2.3, the
@@ -219,6 +220,38 @@ plot_positional_encoding(model.encoder.pos_embedding.pos_encoding)  # (max_lengt
 # %% [markdown]
 # ## 3. Scaled dot-product attention: why divide by $\sqrt{d_k}$ (§3.2.1)
 #
+# The paper defines it in two sentences:
+#
+# > "The input consists of queries and keys of dimension $d_k$, and values of
+# > dimension $d_v$. We compute the dot products of the query with all keys,
+# > divide each by $\sqrt{d_k}$, and apply a softmax function to obtain the
+# > weights on the values." (§3.2.1)
+#
+# That is all of it. In NumPy, with this project's mask convention (1 = may not
+# attend), it is five lines; below it is checked against the library's
+# `scaled_dot_product_attention` on random inputs shaped like one layer's heads.
+
+# %%
+def attention_numpy(q, k, v, mask=None):
+    logits = q @ np.swapaxes(k, -1, -2) / np.sqrt(k.shape[-1])  # (..., seq_q, seq_k)
+    if mask is not None:
+        logits = logits + mask * -1e9  # a masked key gets a weight of (almost exactly) 0
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))  # softmax over the keys...
+    weights = weights / weights.sum(axis=-1, keepdims=True)  # ...each row sums to 1
+    return weights @ v, weights  # (..., seq_q, d_v), (..., seq_q, seq_k)
+
+
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((2, 4, 6, 8)).astype(np.float32) for _ in range(3))  # (batch, heads, seq, depth)
+mask = create_look_ahead_mask(6).numpy()  # (6, 6)
+out_np, w_np = attention_numpy(q, k, v, mask)
+out_tf, w_tf = scaled_dot_product_attention(q, k, v, mask)
+print("max |difference|, outputs:", np.abs(out_np - out_tf.numpy()).max(),
+      " weights:", np.abs(w_np - w_tf.numpy()).max())
+
+# %% [markdown]
+# Why the division by $\sqrt{d_k}$?
+#
 # > "We suspect that for large values of $d_k$, the dot products grow large in
 # > magnitude, pushing the softmax function into regions where it has extremely
 # > small gradients. To counteract this effect, we scale the dot products by
@@ -349,8 +382,10 @@ create_look_ahead_mask(3)
 # queries, columns keys, dark = masked):
 
 # %%
-target_tokens = ["[START]", "the", "black", "cat", "[END]", "[PAD]", "[PAD]"]
-target_ids = tf.constant([[2, 10, 11, 12, 3, 0, 0]])  # (1, 7)
+target_ids, target_tokens = tokenize("the black cat", translator.tokenizers.target)  # (1, 5)
+target_ids = tf.pad(target_ids, [[0, 0], [0, 2]])  # two [PAD]s (id 0) after [END]: (1, 7)
+target_tokens += ["[PAD]", "[PAD]"]
+print(target_tokens, target_ids.numpy())
 plot_masks(
     padding_mask=create_padding_mask(target_ids),  # (1, 1, 1, 7)
     look_ahead_mask=create_look_ahead_mask(7),  # (7, 7)
@@ -379,9 +414,9 @@ ours(x, x, x)  # builds the layer
 copy_weights_to_keras(ours, theirs)
 
 look_ahead = create_look_ahead_mask(5)  # (5, 5), 1 = not allowed
-_, w_ours = ours(x, x, x, mask=look_ahead)  # (1, 2, 5, 5)
-_, w_keras_right = theirs(x, x, attention_mask=to_keras_attention_mask(look_ahead)[tf.newaxis],
-                          return_attention_scores=True)
+out_ours, w_ours = ours(x, x, x, mask=look_ahead)  # (1, 5, 16), (1, 2, 5, 5)
+out_keras, w_keras_right = theirs(x, x, attention_mask=to_keras_attention_mask(look_ahead)[tf.newaxis],
+                                  return_attention_scores=True)
 _, w_keras_wrong = theirs(x, x, attention_mask=look_ahead[tf.newaxis],  # NOT converted
                           return_attention_scores=True)
 
@@ -392,16 +427,22 @@ for name, w in (("ours, mask", w_ours), ("Keras, 1 - mask", w_keras_right),
     print(f"{name:>24}: weight on future positions per row = {(head * future).sum(axis=1)}")
 print("head 1 with the unconverted mask:")
 print(w_keras_wrong[0, 0].numpy())
+print("ours against Keras with 1 - mask, same weights: max |difference| of the outputs",
+      float(tf.reduce_max(tf.abs(out_ours - out_keras))), "and of the weights",
+      float(tf.reduce_max(tf.abs(w_ours - w_keras_right))))
 
 # %% [markdown]
 # With the unconverted mask every row but the last puts **all** its weight on
 # the future, and the last row (which has no future) gets no weight at all. A
 # model trained this way cheats by copying the next target token, reaches a
 # suspiciously low training loss, and produces nonsense when it has to generate
-# one token at a time. The same head three ways:
+# one token at a time. Given the same weights and the converted mask, the two
+# layers agree to float32 rounding (the last line above). The same head three
+# ways (the inputs are random vectors, so the rows and columns are positions,
+# not words):
 
 # %%
-tokens5 = ["[START]", "the", "black", "cat", "[END]"]
+tokens5 = [f"position {i}" for i in range(1, 6)]
 fig = plot_attention_weights(
     tokens5, tokens5, np.stack([w_ours[0, 0], w_keras_right[0, 0], w_keras_wrong[0, 0]])
 )
@@ -465,6 +506,25 @@ for num_heads in (1, 2, 4, 8, 16):
     print(f"{h:5d} {depth:5d} {layer.count_params():11,} {projection:16,} {attention:15,} {projection + attention:12,}")
 
 # %% [markdown]
+# ### A pitfall of the tutorial's Keras version: `key_dim = d_model`
+#
+# The paper's heads are narrow: "we employ $h = 8$ parallel attention layers,
+# or heads. For each of these we use $d_k = d_v = d_{model}/h = 64$" (§3.2.2).
+# The later, Keras-based version of the TensorFlow tutorial builds its layers as
+# `keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=d_model)`, and
+# Keras's `key_dim` is the size of *each* head. Every head is then $d_{model}$
+# wide, and the projections hold $h$ times the paper's parameters (and do
+# $h$ times its multiply-adds). `key_dim = d_model // num_heads` is the paper's layer:
+
+# %%
+for name, layer in (("this project's MultiHeadAttention", mha),
+                    ("Keras, key_dim = d_model // num_heads", keras.layers.MultiHeadAttention(num_heads=8, key_dim=64)),
+                    ("Keras, key_dim = d_model (tutorial)", keras.layers.MultiHeadAttention(num_heads=8, key_dim=512))):
+    if not layer.built:
+        layer(y, y)
+    print(f"{name:>38}: {layer.count_params():>10,} parameters")
+
+# %% [markdown]
 # > "Multi-head attention allows the model to jointly attend to information from
 # > different representation subspaces at different positions. With a single
 # > attention head, averaging inhibits this." (§3.2.2)
@@ -482,10 +542,10 @@ plot_attention_weights(result.input_tokens, result.input_tokens, result.attentio
 # %% [markdown]
 # ## 7. The three uses of attention in the model (§3.2.3)
 #
-# > "The Transformer uses multi-head attention in three different ways" (§3.2.3):
-# > encoder self-attention, masked decoder self-attention, and encoder-decoder
-# > attention.
-
+# > "The Transformer uses multi-head attention in three different ways" (§3.2.3)
+#
+# The paper lists them in this order: encoder-decoder attention, encoder
+# self-attention, masked decoder self-attention; the subsections below follow it.
 #
 # To see each one with its real inputs, run the whole model once with teacher
 # forcing, as in training: the encoder gets the Portuguese tokens, the decoder
@@ -503,6 +563,32 @@ print("labels:       ", labels)
 print("predictions:  ", predicted)
 for name, w in weights.items():
     print(f"{name:>22}: {tuple(w.shape)}  (batch, heads, queries, keys)")
+
+# %% [markdown]
+# ### Encoder-decoder attention
+#
+# > "In 'encoder-decoder attention' layers, the queries come from the previous
+# > decoder layer, and the memory keys and values come from the output of the
+# > encoder. This allows every position in the decoder to attend over all
+# > positions in the input sequence." (§3.2.3)
+#
+# $$Q = \text{decoder states}, \qquad K = V = \text{encoder output}, \qquad
+# M = \text{padding mask of the source}$$
+#
+# The rows are labelled with the token each decoder position predicts; every
+# toy word is one piece. Where the word order differs an aligning head crosses:
+# the row that predicts "black" should look at "preto", which comes after
+# "gato". The line above the figure says where each head's row of "black" puts
+# its largest weight.
+
+# %%
+last_cross = f"decoder_layer{model.num_layers}_block2"
+fig = plot_attention_weights(source_tokens, labels, weights, layer_name=last_cross)
+if "▁black" in labels:
+    row = weights[last_cross][0, :, labels.index("▁black")].numpy()  # (heads, source_len)
+    print("the row of 'black' peaks on:", ", ".join(
+        f"head {h + 1}: {source_tokens[int(r.argmax())]} ({r.max():.2f})" for h, r in enumerate(row)))
+fig
 
 # %% [markdown]
 # ### Encoder self-attention
@@ -536,23 +622,52 @@ print("largest weight above the diagonal:", np.triu(block1, k=1).max())
 plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer_name="decoder_layer1_block1")
 
 # %% [markdown]
-# ### Encoder-decoder attention
+# ## 8. Exercises
 #
-# > "In 'encoder-decoder attention' layers, the queries come from the previous
-# > decoder layer, and the memory keys and values come from the output of the
-# > encoder. This allows every position in the decoder to attend over all
-# > positions in the input sequence." (§3.2.3)
+# **1. Remove the look-ahead mask.** Make the decoder's self-attention blind to
+# nothing: replace the mask it builds with zeros, for example
+# `transformer.attention.create_look_ahead_mask = lambda size: tf.zeros((size, size))`
+# in a fresh kernel before building the model, and train a short run
+# (`RunConfig(output_dir="runs/no_mask", epochs=2, steps_per_epoch=100)`). Watch
+# the training loss, then translate a sentence. What happens, and why?
 #
-# $$Q = \text{decoder states}, \qquad K = V = \text{encoder output}, \qquad
-# M = \text{padding mask of the source}$$
+# <details><summary>Answer</summary>
 #
-# The rows are labelled with the token each decoder position predicts (the toy
-# model's English vocabulary is small, so "black" is five pieces, `▁b l a c k`).
-# Where the word order differs the alignment crosses: the rows that predict
-# "black" look at "preto", which comes after "gato".
+# The loss falls much faster and lower than with the mask, and the validation
+# loss with it: both are computed with teacher forcing, where position $i$ of
+# the decoder input is the target token $i$ and its label is token $i + 1$.
+# Without the mask, position $i$ can read token $i + 1$ from the input at
+# position $i + 1$, so "predicting" the next token is copying it, which is easy.
+# At translation time there is no future to copy: the decoder sees only the
+# tokens it produced so far, attends to positions that do not exist yet in
+# training's sense, and the translations fall apart. A training loss that
+# looks too good to be true is the usual sign of this bug (and of the inverted
+# Keras mask of section 5).
+#
+# </details>
+#
+# **2. An out-of-grammar word.** Translate "o gato amarelo come o bolo"
+# ("amarelo", yellow, is not in the toy grammar) and print its source tokens.
+# How does the tokenizer handle the unknown word, and what does the model make
+# of it?
+#
+# <details><summary>Answer</summary>
+#
+# SentencePiece does not refuse the word: it spells it with smaller pieces of
+# its vocabulary (letters and pairs of letters left over from its byte-pair
+# merges), printed by the cell below. The model never saw these pieces in that
+# place, and they throw it off, often beyond the unknown word itself: with the
+# run committed here, "o gato amarelo come o bolo" came out as "the cat eats
+# the old men", with the cake gone too. Nothing in the output says that
+# something was unknown. The model knows only the grammar it was trained on; a
+# real translator needs real text.
+#
+# </details>
 
 # %%
-plot_attention_weights(source_tokens, labels, weights, layer_name=f"decoder_layer{model.num_layers}_block2")
+unknown = translator("o gato amarelo come o bolo")
+print("source tokens:", unknown.input_tokens)
+print("translation:  ", unknown.text)
 
 # %% [markdown]
 # Notebook 02 trains this model step by step, translates with it and looks at

@@ -15,7 +15,8 @@
 # 4. translating, including sentences whose word order changes;
 # 5. encoder-decoder attention: where each English word looks in the Portuguese;
 # 6. masked decoder self-attention and encoder self-attention;
-# 7. every layer and head of all three kinds of attention, in one figure.
+# 7. every layer and head of all three kinds of attention, in one figure;
+# 8. the same weights in an interactive explorer, to hover and click through.
 #
 # Everything runs offline. Training writes a run directory, `runs/notebook_toy`
 # (the same layout as `train.py`); if it is already there, the notebook loads it
@@ -46,6 +47,7 @@ from transformer.plot import (
     plot_attention_weights,
     plot_learning_rate,
     plot_training_curves,
+    show_attention_explorer,
 )
 from transformer.run import RunConfig, train
 
@@ -136,6 +138,32 @@ print({key: round(value, 3) for key, value in metrics["test"].items() if isinsta
 plot_training_curves(RUN_DIR / "metrics.csv", title="The toy translator, per epoch")
 
 # %% [markdown]
+# The training and validation losses of the figure end near 0.9, ten times the
+# test loss printed above. They measure different things. Training minimises
+# the label-smoothed loss of §5.4: the target is no longer "all probability on
+# the right token" but $1 - \epsilon_{ls}$ on it and $\epsilon_{ls}$ spread
+# evenly over the whole vocabulary of $V$ tokens. Even a model that predicts
+# exactly that distribution pays its entropy,
+#
+# $$H = -\left(1 - \epsilon_{ls} + \tfrac{\epsilon_{ls}}{V}\right)\log\left(1 - \epsilon_{ls} + \tfrac{\epsilon_{ls}}{V}\right) - (V - 1)\,\tfrac{\epsilon_{ls}}{V}\log\tfrac{\epsilon_{ls}}{V},$$
+#
+# so the curves flatten at that floor instead of at 0. The test loss is the
+# plain cross-entropy of the right tokens (no smoothing), which does go to 0.
+
+# %%
+import csv
+
+target_vocab = json.loads((RUN_DIR / "config.json").read_text())["target_vocab_size"]
+eps = config.label_smoothing
+p_right = 1 - eps + eps / target_vocab
+floor = -(p_right * np.log(p_right) + (target_vocab - 1) * eps / target_vocab * np.log(eps / target_vocab))
+with open(RUN_DIR / "metrics.csv", newline="") as file:
+    last_epoch = list(csv.DictReader(file))[-1]
+print(f"label-smoothed loss of a perfect model (eps={eps}, V={target_vocab}): {floor:.3f}")
+print(f"last epoch: training loss {float(last_epoch['loss']):.3f}, validation loss {float(last_epoch['val_loss']):.3f} (label-smoothed)")
+print(f"test loss, plain cross-entropy: {metrics['test']['loss']:.3f}")
+
+# %% [markdown]
 # ## 4. Translating
 #
 # The `Translator` decodes greedily, one token at a time, each conditioned on the
@@ -149,9 +177,12 @@ translator = Translator.from_run(RUN_DIR)  # outputs of at most input length + 5
 # The model sees subword tokens, learnt from the training sentences by
 # SentencePiece (the default tokenizer; `▁` marks the start of a word). It keeps
 # case, accents and punctuation, so translations read as written text. Every
-# sentence is wrapped in `[START]` (id 2) and `[END]` (id 3). The toy grammar
-# has about 100 Portuguese words: a word outside it is split into pieces the
-# model never saw in that context, and its translation is nonsense.
+# sentence is wrapped in `[START]` (id 2) and `[END]` (id 3). On the toy corpus
+# SentencePiece learns byte-pair merges until every word of the grammar is one
+# piece, so each row and column of the attention maps below is a word. The
+# grammar has about 100 Portuguese words: a word outside it is spelled in
+# smaller pieces the model never saw in that context, and its translation is
+# nonsense.
 
 # %%
 ids = translator.tokenizers.source.tokenize(tf.constant(["a menina come a maçã vermelha"]))
@@ -177,9 +208,9 @@ for (source, reference), result in zip(sentences.items(), results, strict=True):
 
 # %% [markdown]
 # "o gato preto" is not a sentence of the grammar (every training sentence has
-# a verb), which makes it a good test of what the model learnt: it translates
-# the noun phrase, then goes on with a verb phrase of its own, as every
-# sentence it has seen did.
+# a verb), which makes it a good test of what the model learnt. This run
+# translates the noun phrase and stops there, without inventing a verb: it
+# follows its source rather than the shape of every sentence it was trained on.
 #
 # ## 5. Encoder-decoder attention: where each English word looks
 #
@@ -193,7 +224,8 @@ for (source, reference), result in zip(sentences.items(), results, strict=True):
 # Row $i$ of a head is the decoder's query at the step that **predicts** output
 # token $i$; the rows are labelled with those predicted tokens, the columns with
 # the Portuguese tokens. A head that aligns words shows a crossing where the
-# order differs: "black" looks at "preto", which comes *after* "gato".
+# order differs: the row of "black" should look at "preto", which comes *after*
+# "gato". The next cells check which heads do.
 
 # %%
 text, tokens, weights = results[0]
@@ -205,9 +237,12 @@ plot_attention_weights(in_tokens, out_tokens, weights, layer_name=f"decoder_laye
 
 # %% [markdown]
 # The head that puts the most weight on the word-for-word alignment
-# (the → o, black → preto, cat → gato), by itself. A word may be several
-# subword tokens (`▁` starts a word): a head's score for a pair of words is the
-# weight its rows for the English word give to the Portuguese word's tokens.
+# (the → o, black → preto, cat → gato), by itself. In general a word may be
+# several subword tokens (`▁` starts a word), so a head's score for a pair of
+# words is the weight its rows for the English word give to the Portuguese
+# word's tokens. The title names the key each of the rows "black" and "cat"
+# puts the most weight on: where they are "preto" and "gato", this head carries
+# the swap.
 
 # %%
 def word_positions(tokens):
@@ -235,8 +270,10 @@ score = [sum(head[np.ix_(out_words[en], in_words[pt])].sum() / len(out_words[en]
 best = int(np.argmax(score))
 layer, head = divmod(best, config.model.num_heads)
 print("alignment weight per head (layer 1 heads, then layer 2 heads):", np.round(score, 2))
+peaks = [f"{en} → {in_tokens[int(np.argmax(cross[best][out_words[en]].sum(axis=0)))].lstrip('▁')}"
+         for en in ("black", "cat") if en in out_words]
 plot_attention_head(in_tokens, out_tokens, cross[best],
-                    title=f"decoder_layer{layer + 1}_block2, head {head + 1}: the noun-adjective swap")
+                    title=f"decoder_layer{layer + 1}_block2, head {head + 1}: " + ", ".join(peaks))
 
 # %% [markdown]
 # A longer sentence with two swaps: the adjective and noun, and the possessor
@@ -303,6 +340,29 @@ plot_attention_weights(in_tokens, in_tokens, weights, layer_name=f"encoder_layer
 
 # %%
 plot_attention_overview(results[0].input_tokens, results[0].tokens, results[0].attention_weights)
+
+# %% [markdown]
+# ## 8. The attention explorer
+#
+# The same weights, to explore by hand. In the **head view** the query tokens
+# stand on the left and the key tokens on the right; a line joins a query to a
+# key as thick as the weight, one colour per head. Hover a token to keep only
+# its lines (click it to keep them; with one head shown, the weights are
+# written beside the tokens), switch heads on and off with their coloured
+# boxes, and pick the layer and the kind of attention at the top. The **model
+# view** beside it has every layer (rows) and head (columns) of the chosen kind
+# as a small map; click one to open it in the head view.
+#
+# The page is self-contained: its script and style are inline and it loads
+# nothing, so it works offline, in classic Notebook and in JupyterLab. Jupyter
+# runs the script only in a trusted notebook (one you executed yourself); in
+# a notebook opened from elsewhere, run the cell again. `python translate.py
+# --run RUN "sentence" --html FILE.html` writes the same page as a file.
+
+# %%
+show_attention_explorer(results[0].attention_weights, results[0].input_tokens, results[0].tokens,
+                        sentence=list(sentences)[0], translation=results[0].text,
+                        model_name=f"{RUN_DIR.name} (toy preset)")
 
 # %% [markdown]
 # ## Beam search and the test split

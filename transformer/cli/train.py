@@ -62,6 +62,7 @@ import tensorflow as tf  # noqa: E402
 
 from transformer import rundir  # noqa: E402
 from transformer.data.loading import DATASETS  # noqa: E402
+from transformer.data.sentencepiece import MODEL_TYPES as SENTENCEPIECE_MODEL_TYPES  # noqa: E402
 from transformer.data.tokenizers import TOKENIZER_KINDS  # noqa: E402
 from transformer.model import PRESETS  # noqa: E402
 from transformer.run.config import (  # noqa: E402
@@ -155,6 +156,12 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        "tutorial's BertTokenizer, which lower-cases, strips accents and "
                        "splits punctuation off (the boy ' s book) (default: "
                        f"{CORPUS_DEFAULTS['tokenizer']})")
+    group.add_argument("--subword-model", choices=SENTENCEPIECE_MODEL_TYPES,
+                       default=default(None),
+                       help="what sentencepiece learns: bpe makes every toy word one piece, "
+                       "unigram is SentencePiece's own default (default: "
+                       f"{TOY_DEFAULTS['subword_model']} for the toy corpus, "
+                       f"{CORPUS_DEFAULTS['subword_model']} otherwise)")
     group.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction,
                        default=default(None),
                        help="one SentencePiece vocabulary for both languages, with the two "

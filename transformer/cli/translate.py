@@ -4,6 +4,7 @@
     python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4
     cat sentences.txt | python translate.py --run runs/toy --show-tokens
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
+    python translate.py --run runs/toy "o gato preto come o bolo" --html explorer.html
 
 Sentences come from the arguments or, without any, from standard input (one
 per line, UTF-8); either way they are sorted by length and translated in
@@ -29,7 +30,11 @@ from transformer.cli.common import (
     positive_int,
     report_error,
 )
-from transformer.plot import plot_attention_weights  # matplotlib only, no TensorFlow
+from transformer.plot import (  # matplotlib only, no TensorFlow
+    attention_axes,
+    attention_explorer_html,
+    plot_attention_weights,
+)
 
 PROG = "translate.py"
 
@@ -63,6 +68,10 @@ def parse_args(argv=None):
     parser.add_argument("--layer", default=None, metavar="N|NAME",
                         help="the decoder layer to plot (1 = first; default: last), or a "
                              "weights name such as encoder_layer1 or decoder_layer2_block1")
+    parser.add_argument("--html", metavar="FILE.html", default=None,
+                        help="write an interactive attention explorer (every layer and head of "
+                             "the three kinds of attention) as one self-contained page; with "
+                             "several sentences, FILE_1.html, FILE_2.html, ...")
     parser.add_argument("--show-tokens", action="store_true",
                         help="also print the source and output subword tokens")
     parser.add_argument("--verbose", action="store_true",
@@ -97,11 +106,24 @@ def _plot_paths(plot, count):
 
 def _axes_tokens(result, name):
     """(keys, queries) of the weights `name`, as the model saw them."""
-    if name.startswith("encoder"):
-        return result.input_tokens, result.input_tokens
-    if name.endswith("block1"):
-        return result.tokens[:-1], result.tokens[1:]
-    return result.input_tokens, result.tokens[1:]
+    return attention_axes(name, result.input_tokens, result.tokens)
+
+
+def _write_explorers(args, sentences, results):
+    """`--html`: one attention explorer page per sentence."""
+    for sentence, result, path in zip(
+        sentences, results, _plot_paths(args.html, len(results)), strict=True
+    ):
+        if not result.tokens:
+            logging.warning("Not writing %s: the sentence is empty.", path)
+            continue
+        page = attention_explorer_html(
+            result.attention_weights, result.input_tokens, result.tokens, sentence=sentence,
+            translation=result.text, model_name=str(args.run),
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+        print(f"saved {path} (attention explorer)", file=sys.stderr)
 
 
 class BadInputError(ValueError):
@@ -149,6 +171,8 @@ def run(args):
     sentences = _read_sentences(args)
     if args.plot is not None and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ValueError(f"--plot {args.plot}: expected a .png, .pdf or .svg file name.")
+    if args.html is not None and Path(args.html).suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"--html {args.html}: expected a .html file name.")
     if not sentences:
         return 0
 
@@ -169,7 +193,7 @@ def run(args):
 
     results = translator(
         list(sentences), max_length=args.max_length, beam_size=args.beam, alpha=args.alpha,
-        return_attention=args.plot is not None,
+        return_attention=args.plot is not None or args.html is not None,
     )
     for result in results:
         print(result.text)
@@ -190,6 +214,8 @@ def run(args):
             path.parent.mkdir(parents=True, exist_ok=True)
             figure.savefig(path, dpi=100, bbox_inches="tight")
             print(f"saved {path} ({layer_name})", file=sys.stderr)
+    if args.html is not None:
+        _write_explorers(args, sentences, results)
     return 0
 
 

@@ -8,7 +8,8 @@ sequence of characters, with the space as the piece "▁", so that decoding the
 pieces gives the text back: "the big man's balls". The paper's section 3.4
 subword units ("byte-pair encodings ... shared source-target vocabulary")
 are what SentencePiece learns; here the default is its unigram language model
-(Kudo, 2018), with BPE available through `model_type`.
+(Kudo, 2018), with BPE available through `model_type` (the toy corpus uses it:
+`transformer.run.config`).
 
 Choices, all fixed so that the same text always gives the same model bytes:
 
@@ -28,6 +29,12 @@ Choices, all fixed so that the same text always gives the same model bytes:
   statistics, so the model depends on the number of threads (not on the
   machine); one thread is also the fastest on a busy 2-core machine.
 - Ids 0-3 are `[PAD] [UNK] [START] [END]` (`transformer.constants`).
+- BPE vocabularies are stored as unigram models (`_score_as_unigram`):
+  `FastSentencepieceTokenizer` segments every model the unigram way, taking
+  the pieces whose scores sum highest, and BPE's scores are merge ranks, so it
+  split "come" into "▁co" "me". Each BPE piece is scored instead by the log of
+  how often BPE itself uses it in the training text; a word BPE keeps whole is
+  then one piece again, and a word never seen is spelled in smaller pieces.
 
 Learning needs the `sentencepiece` package; the tokenizer itself runs
 `tensorflow_text.FastSentencepieceTokenizer`, which holds the model as a
@@ -171,6 +178,13 @@ def learn_sentencepiece_model(
         )
         return model.getvalue()
 
+    if model_type == "bpe":
+        return _score_as_unigram(_learn_or_shrink(train, vocab_size, len(sentences)), sentences)
+    return _learn_or_shrink(train, vocab_size, len(sentences))
+
+
+def _learn_or_shrink(train, vocab_size: int, num_sentences: int) -> bytes:
+    """`train(vocab_size)`, or the largest size the text allows when that is too many."""
     try:
         return train(vocab_size)
     except RuntimeError as error:
@@ -189,10 +203,36 @@ def learn_sentencepiece_model(
         "vocab_size=%d is more than %d sentences of training text support; "
         "learning a %d-piece SentencePiece model, the largest they allow.",
         vocab_size,
-        len(sentences),
+        num_sentences,
         largest,
     )
     return train(largest)
+
+
+def _score_as_unigram(bpe_proto: bytes, sentences: list[str]) -> bytes:
+    """A BPE model rewritten as a unigram model with the same pieces.
+
+    Every normal piece is scored `log(uses / all uses)`, counting how often
+    BPE's own segmentation of `sentences` uses it; pieces BPE never uses (the
+    steps of its merges) get one score below every used piece. See the module
+    docstring for why.
+    """
+    import math
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    processor = spm.SentencePieceProcessor(model_proto=bpe_proto)
+    uses = collections.Counter(i for ids in processor.encode(sentences) for i in ids)
+    total = sum(uses.values())
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(bpe_proto)
+    unused = math.log(0.5 / total)
+    for i, piece in enumerate(model.pieces):
+        if piece.type == sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL:
+            piece.score = math.log(uses[i] / total) if uses[i] else unused
+    model.trainer_spec.model_type = sentencepiece_model_pb2.TrainerSpec.UNIGRAM
+    return model.SerializeToString()
 
 
 def write_sentencepiece_files(model_proto: bytes, directory, stem: str) -> SentencePieceFiles:

@@ -21,7 +21,9 @@ Conventions shared by all figures:
 The figures live in modules by what they draw, and are all re-exported here:
 `encodings` (positional encoding, masks), `attention` (attention weights),
 `dot_product` (why divide by sqrt(d_k)) and `training` (learning rate,
-training curves); `_figure` holds what they share.
+training curves); `_figure` holds what they share. `explorer` is not a
+figure: it writes the interactive attention explorer, a self-contained HTML
+page.
 
 Example:
 
@@ -40,9 +42,16 @@ from transformer.plot.attention import (
 )
 from transformer.plot.dot_product import dot_product_statistics, plot_dot_product_variance
 from transformer.plot.encodings import plot_mask, plot_masks, plot_positional_encoding
+from transformer.plot.explorer import (
+    attention_axes,
+    attention_explorer_html,
+    show_attention_explorer,
+)
 from transformer.plot.training import plot_learning_rate, plot_training_curves
 
 __all__ = [
+    "attention_axes",
+    "attention_explorer_html",
     "attention_layer_description",
     "dot_product_statistics",
     "plot_attention_head",
@@ -54,4 +63,5 @@ __all__ = [
     "plot_masks",
     "plot_positional_encoding",
     "plot_training_curves",
+    "show_attention_explorer",
 ]

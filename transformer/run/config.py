@@ -11,6 +11,7 @@ from transformer import rundir
 from transformer._validation import check_positive_int
 from transformer.constants import PAPER_LEARNING_RATE
 from transformer.data.loading import DATASETS
+from transformer.data.sentencepiece import MODEL_TYPES as SENTENCEPIECE_MODEL_TYPES
 from transformer.data.tokenizers import TOKENIZER_KINDS
 from transformer.model import PRESETS, TransformerConfig
 from transformer.run.distribute import STRATEGIES
@@ -23,8 +24,9 @@ DEFAULT_RUNS_DIR = "runs"
 # `learning_rate` and `average_checkpoints` (older files load with their
 # defaults: the paper's schedule and the final weights); version 4
 # `time_budget` (older files: none); version 5 `shared_vocab` and
-# `fit_warmup` (older files: two vocabularies and the paper's warm-up).
-CONFIG_FORMAT_VERSION = 5
+# `fit_warmup` (older files: two vocabularies and the paper's warm-up); version
+# 6 `subword_model` (older files: SentencePiece's unigram model).
+CONFIG_FORMAT_VERSION = 6
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -69,15 +71,20 @@ RESUMABLE_FIELDS = frozenset(
 # the last checkpoints (section 6.1), so neither is used: BENCHMARKS.md, "Real
 # text". The test split is translated with the paper's beam search (beam 4).
 # Both use SentencePiece, so that translations keep case, accents and
-# punctuation.
+# punctuation. On the toy corpus it learns byte-pair merges rather than its
+# unigram model: a unigram vocabulary of so small a text stops at about 120
+# Portuguese and 90 English pieces and spells English words in letters ("▁b l
+# a c k"), while BPE makes every word of the grammar one piece (about 440 and
+# 320 pieces), so that each row and column of an attention map is a word.
 TOY_DEFAULTS = {
     "preset": "toy", "batch_size": 64, "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
+    "subword_model": "bpe",
     "shared_vocab": False, "batch_tokens": 0, "fit_warmup": True, "label_smoothing": 0.1,
     "eval_beam_size": 1,
 }
 CORPUS_DEFAULTS = {
     "preset": "tutorial", "batch_size": 32, "warmup_steps": 4000, "tokenizer": "sentencepiece",
-    "shared_vocab": True, "fit_warmup": True, "label_smoothing": 0.0, "eval_beam_size": 4,
+    "subword_model": "unigram", "shared_vocab": True, "fit_warmup": True, "label_smoothing": 0.0, "eval_beam_size": 4,
 }
 
 # Sizing a real corpus's run (`size_epochs_and_batches`): enough passes to see
@@ -194,6 +201,10 @@ class RunConfig:
         tokenizer: `"sentencepiece"` (reversible: translations keep case,
             accents and punctuation) or `"wordpiece"` (the tutorial's
             `BertTokenizer`: lower-cases, strips accents, splits punctuation).
+        subword_model: what SentencePiece learns, one of
+            `transformer.data.sentencepiece.MODEL_TYPES`: `"unigram"` (real
+            corpora) or `"bpe"` (the toy corpus: one piece per word); ignored
+            by WordPiece. None: the dataset's default.
         lower_case: lower-case text (and, for WordPiece, strip accents) before
             tokenizing; None means True for WordPiece, False for SentencePiece.
         shared_vocab: one SentencePiece vocabulary learnt from both languages,
@@ -276,6 +287,7 @@ class RunConfig:
     max_tokens: int | None = None
     vocab_size: int = 8000
     tokenizer: str | None = None
+    subword_model: str | None = None
     lower_case: bool | None = None
     shared_vocab: bool | None = None
     # Model.
@@ -336,6 +348,11 @@ class RunConfig:
         return None if self.learning_rate == PAPER_LEARNING_RATE else self.learning_rate
 
     @property
+    def tokenizer_learn_params(self) -> dict | None:
+        """`build_tokenizers`' `learn_params`: SentencePiece's `model_type`."""
+        return {"model_type": self.subword_model} if self.tokenizer == "sentencepiece" else None
+
+    @property
     def resolved_max_tokens(self) -> int:
         """`max_tokens`, or the model's `max_length` when it is None."""
         return self.max_tokens if self.max_tokens is not None else self.model.max_length
@@ -370,6 +387,9 @@ class RunConfig:
         if version < 5:
             # Written before shared vocabularies and warm-ups fitted to the run.
             data = {"shared_vocab": False, "fit_warmup": False, **data}
+        if version < 6:
+            # Written before the toy corpus learnt byte-pair merges.
+            data = {"subword_model": "unigram", **data}
         # Information written next to the settings (vocabulary sizes, ...).
         data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
         unknown = sorted(set(data) - known)
@@ -446,13 +466,14 @@ def _check_non_negative(name: str, value) -> None:
 
 
 def _check_choices(config: RunConfig) -> None:
-    """`dataset` (without `data`), `preset`, `precision` and `strategy`."""
+    """`dataset` (without `data`), `preset`, `precision`, `strategy` and the tokenizer."""
     if config.data is None:
         _check_choice("dataset", config.dataset, DATASETS)
     _check_choice("preset", config.preset, list(PRESETS))
     _check_choice("precision", config.precision, PRECISIONS)
     _check_choice("strategy", config.strategy, STRATEGIES)
     _check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
+    _check_choice("subword_model", config.subword_model, SENTENCEPIECE_MODEL_TYPES)
     if config.shared_vocab and config.tokenizer != "sentencepiece":
         raise ValueError(
             "Received `shared_vocab=True` with the wordpiece tokenizer, expected "

@@ -463,7 +463,7 @@ def _tokenizers(session: _Session, corpus: Corpus):
     config = session.config
     tokenizers = build_tokenizers(
         corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer,
-        shared=config.shared_vocab,
+        shared=config.shared_vocab, learn_params=config.tokenizer_learn_params,
     )
     if session.chief:
         save_tokenizers_anew(tokenizers, tokenizers_dir)
