@@ -62,7 +62,7 @@ import tensorflow_text as text
 
 from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 from transformer.data.corpus import DataError
-from transformer.data.tokenizer_base import TokenizerBase
+from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ class SentencePieceTokenizer(TokenizerBase):
         ):
             method.get_concrete_function()
 
-    @tf.function
+    @tokenizer_function
     def tokenize(self, strings):
         """Splits sentences into piece ids, framed by START and END.
 
@@ -317,7 +317,7 @@ class SentencePieceTokenizer(TokenizerBase):
         framed = tf.concat([start, ids, end], axis=1)  # (batch, (tokens + 2))
         return framed.with_row_splits_dtype(tf.int64)
 
-    @tf.function
+    @tokenizer_function
     def detokenize(self, tokens):
         """Turns ids back into text, with its original spacing and case.
 
@@ -340,7 +340,7 @@ class SentencePieceTokenizer(TokenizerBase):
         kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
         return self.tokenizer.detokenize(tf.cast(kept, tf.int32))  # (batch,)
 
-    @tf.function
+    @tokenizer_function
     def lookup(self, token_ids):
         """Maps ids to their pieces, one string per id.
 
@@ -356,12 +356,12 @@ class SentencePieceTokenizer(TokenizerBase):
             return tf.ragged.map_flat_values(lambda v: tf.gather(self._pieces, v), ids)
         return tf.gather(self._pieces, ids)
 
-    @tf.function
+    @tokenizer_function
     def get_vocab_size(self):
         """Returns the number of pieces, a scalar int32 tensor."""
         return tf.size(self._pieces)
 
-    @tf.function
+    @tokenizer_function
     def get_model_path(self):
         """Returns the path of the `.model` file, a scalar string tensor."""
         return self._model_path
