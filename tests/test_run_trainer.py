@@ -216,11 +216,39 @@ def test_malloc_thresholds_are_raised_under_glibc():
     assert keep_freed_memory() is expected
 
 
-def test_time_budget_stops_training_and_is_counted_over_resumes(tiny_tsv, tmp_path, caplog):
-    """A budget shorter than one step stops after the first step; resuming with
+def test_time_budget_stops_training_and_is_counted_over_resumes(
+    tiny_tsv, tmp_path, caplog, monkeypatch
+):
+    """A budget shorter than one step stops after the first step, which ends
+    the warm-up (the learning rate is the peak); only training counts against
+    the budget (not the slowed-down tokenizers and test evaluation); resuming with
     the same budget trains nothing, and without a budget finishes the epochs."""
-    from transformer import run, rundir
+    import time
 
+    from transformer import run, rundir
+    from transformer.run import trainer
+
+    pause = 1.5
+
+    def slowly(function):
+        def slow(*args, **kwargs):
+            time.sleep(pause)
+            return function(*args, **kwargs)
+        return slow
+
+    fits = []
+
+    def timed_fit(*args, **kwargs):
+        fit_started = time.perf_counter()
+        try:
+            return fit(*args, **kwargs)
+        finally:
+            fits.append(time.perf_counter() - fit_started)
+
+    fit = trainer._fit
+    monkeypatch.setattr(trainer, "_fit", timed_fit)
+    monkeypatch.setattr(trainer, "build_tokenizers", slowly(trainer.build_tokenizers))
+    monkeypatch.setattr(trainer, "evaluate", slowly(trainer.evaluate))
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_tsv, run_dir, epochs=2, time_budget=1e-9)
     with caplog.at_level("INFO", logger="transformer"):
@@ -228,8 +256,12 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(tiny_tsv, tmp_pa
     assert stopped.final_step == 1
     assert "Time budget of 0 s reached at step 1" in caplog.text
     assert len(stopped.history["loss"]) == 1  # the partial epoch still validates
+    # The whole budget is used: the warm-up ends, at the paper's peak rate.
+    peak = (TINY["model"]["d_model"] * TINY["warmup_steps"]) ** -0.5
+    assert stopped.history["learning_rate"] == pytest.approx([peak], rel=1e-5)
     seconds = rundir.read_json(run_dir / rundir.METRICS_JSON)["train_seconds"]
-    assert seconds > 0
+    assert 0 < seconds <= fits[0] + 0.05  # within the fit (rounded to 0.1 s in the file)
+    monkeypatch.undo()
     latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
     assert latest.endswith("ckpt-1")
     assert tf.train.load_variable(latest, "train_seconds/.ATTRIBUTES/VARIABLE_VALUE") > 0
