@@ -120,21 +120,26 @@ def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, ref
 
 
 def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplog):
-    """Section 6.1: model.keras holds the mean of the last checkpoints' weights."""
+    """Section 6.1: model.keras holds the mean of the last checkpoints' weights,
+    also of more checkpoints than a run keeps without averaging."""
     from transformer import run
+    from transformer.run.checkpoints import MAX_CHECKPOINTS_KEPT
 
     run_dir = tmp_path / "run"
-    config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2, average_checkpoints=3)
+    average = 4
+    assert average > MAX_CHECKPOINTS_KEPT
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2,
+                         average_checkpoints=average)
     with caplog.at_level("INFO", logger="transformer.run.checkpoints"):
         run.train(config, verbose=0, export=False)
-    # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last three are averaged.
-    assert "Averaged the weights of the last 3 checkpoints (steps 6, 8, 10)" in caplog.text
+    # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last four are averaged.
+    assert "Averaged the weights of the last 4 checkpoints (steps 5, 6, 8, 10)" in caplog.text
     averaged, step = load_weights(run_dir)
     assert step == 10
     model = keras.saving.load_model(run_dir / "model.keras")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     kept = []
-    for number in (6, 8, 10):
+    for number in (5, 6, 8, 10):
         checkpoint.restore(str(run_dir / "checkpoints" / f"ckpt-{number}")).expect_partial()
         kept.append([w.numpy() for w in model.weights])
     for i, weight in enumerate(averaged):
