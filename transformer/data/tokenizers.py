@@ -40,7 +40,7 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as text
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
+from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, TOKENIZER_KINDS
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
@@ -55,7 +55,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_VOCAB_SIZE = 8000
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 
 _ID_DTYPES = (tf.int64, tf.int32)
 

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from transformer import rundir
-from transformer._validation import check_positive_int
-from transformer.constants import PAPER_LEARNING_RATE
+from transformer._validation import (
+    check_label_smoothing,
+    check_learning_rate,
+    check_positive_int,
+)
+from transformer.constants import PAPER_LEARNING_RATE, STRATEGIES, TOKENIZER_KINDS
 from transformer.data.loading import DATASETS
-from transformer.data.tokenizers import TOKENIZER_KINDS
-from transformer.model import PRESETS, TransformerConfig
-from transformer.run.distribute import STRATEGIES
+from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.precision import PRECISIONS
-from transformer.training import check_label_smoothing, check_learning_rate
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
