@@ -4,16 +4,17 @@ and `tokenizer_function`, the decorator of every traced tokenizer method.
 
 Why no autograph: a `tf.function` method is bound, per instance, to a
 placeholder `self` (TensorFlow's `TfMethodTarget`), and the real instance is
-substituted either by the bound-method wrapper (without autograph) or by
-autograph's converted call, which receives the method bound to the
-placeholder and has to unwrap it. The tokenizers trace about a dozen methods
-per instance while it is being built, and on the autograph side a method body
-has now and then run with the placeholder itself as `self` (`AttributeError:
-'TfMethodTarget' object has no attribute '_valid_ids'`, seen once in a
-notebook kernel, not reproducible on demand). The methods have no Python
-control flow on tensors, so autograph has nothing to convert in them;
-`autograph=False` traces them as plain Python called with the real instance,
-and that placeholder is never called.
+put in either by the bound-method wrapper (without autograph), which calls
+the body with the instance itself, or by autograph, which receives the method
+bound to the placeholder and has to unwrap it on each of its paths. The
+tokenizers trace about a dozen methods per instance while it is being built,
+and a body once ran with the placeholder as `self` (`AttributeError:
+'TfMethodTarget' object has no attribute '_valid_ids'`, in a notebook kernel;
+not reproduced on demand, 60 builds under `gc.set_threshold(1)` passed).
+Only the autograph side ever holds the placeholder-bound method. The methods
+have no Python control flow on tensors, so autograph has nothing to convert
+in them; `autograph=False` traces them as plain Python called with the real
+instance, and the placeholder is never called.
 """
 
 from __future__ import annotations
