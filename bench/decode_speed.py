@@ -53,7 +53,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from transformer.constants import END_ID, START_ID  # noqa: E402
 from transformer.decoding import compile_greedy_decode, naive_greedy_decode  # noqa: E402
-from transformer.model import TransformerConfig  # noqa: E402
+from transformer.model_config import TransformerConfig  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The vocabulary sizes of the tutorial's ted_hrlr_translate/pt_to_en tokenizers.

@@ -84,7 +84,7 @@ def worker(args) -> dict:
     from transformer.data import load_corpus
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
-    from transformer.model import TransformerConfig
+    from transformer.model_config import TransformerConfig
 
     if args.variant == "no-xla-loss":
         training._xla_token_losses = tf.function(training.token_losses)

@@ -63,7 +63,8 @@ from reference_keras_mha import (  # noqa: E402
 )
 
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
-from transformer.model import PRESETS, Transformer, TransformerConfig  # noqa: E402
+from transformer.model import Transformer  # noqa: E402
+from transformer.model_config import PRESETS, TransformerConfig  # noqa: E402
 from transformer.run import RunConfig  # noqa: E402
 from transformer.run import default_precision as library_default_precision  # noqa: E402
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy  # noqa: E402

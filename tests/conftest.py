@@ -55,7 +55,7 @@ def write_toy_tsv(directory, seed=0, n_train=200, n_valid=16, n_test=16):
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A small trained run (a `transformer.run.TrainResult`); see the module docstring."""
-    from transformer.model import TransformerConfig
+    from transformer.model_config import TransformerConfig
     from transformer.run import RunConfig, train
 
     data_dir = tmp_path_factory.mktemp("tiny_data")

@@ -261,3 +261,51 @@ def test_padded_width_rounds_up_to_the_step():
     assert padded_width(np.array([3, 5]), 1).tolist() == [3, 5]
     with pytest.raises(ValueError, match="length_step"):
         padded_width(np.array([3]), 0)
+
+
+def test_pair_lengths_is_the_longer_of_context_and_x():
+    from transformer.data.batching import TokenizedPairs, pair_lengths
+
+    context = tf.ragged.constant([[2, 5, 3], [2, 5, 6, 7, 3], [2, 3]], tf.int32)
+    target = tf.ragged.constant([[2, 4, 4, 4, 4, 3], [2, 3], [2, 4, 3]], tf.int32)
+    # x is the target without its last token: 5, 1 and 2 tokens.
+    lengths = pair_lengths(TokenizedPairs(context, target, max_tokens=8))
+    assert lengths.tolist() == [5, 5, 2]
+
+
+@pytest.mark.parametrize("length_step", [1, 8])
+def test_budget_stream_is_pass_after_pass_of_exactly_the_planned_pairs(tokenized, length_step):
+    """Two passes: batch for batch, the stream holds the pairs `token_budget_batches`
+    plans for pass 0 and then for pass 1 (another order), with nothing else but
+    all-padding rows."""
+    from transformer.data.batching import pair_lengths
+
+    budget, seed = 200, 3
+    lengths = pair_lengths(tokenized)
+    plan = [
+        batch
+        for pass_index in (0, 1)
+        for batch in token_budget_batches(
+            lengths, budget, seed, pass_index, length_step=length_step
+        )
+    ]
+    first_pass = batches_per_pass(tokenized, budget, seed, length_step=length_step)
+    assert 0 < first_pass < len(plan)
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(plan[:first_pass], plan[first_pass:], strict=False)
+    )
+    stream = budget_batches_from_tokens(tokenized, budget, seed, length_step=length_step)
+    for indices, ((context, x), labels) in zip(plan, stream.take(len(plan)), strict=True):
+        want_context = _padded([tokenized.context[i] for i in indices], context.shape)
+        want_target = _padded([tokenized.target[i] for i in indices], (x.shape[0], x.shape[1] + 1))
+        np.testing.assert_array_equal(context.numpy(), want_context)
+        np.testing.assert_array_equal(x.numpy(), want_target[:, :-1])
+        np.testing.assert_array_equal(labels.numpy(), want_target[:, 1:])
+
+
+def _padded(rows, shape):
+    """`rows` (then all-padding rows) padded with [PAD] to `shape`."""
+    out = np.full(shape, PAD_ID, np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row.numpy()
+    return out

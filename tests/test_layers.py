@@ -74,6 +74,12 @@ def test_encoder_layer_pre_norm_is_x_plus_sublayer_of_layer_norm_x():
                          normalize_first=True)
     x = tf.random.normal((2, 7, 16)) * 3 + 1
     mask = create_padding_mask(tf.constant([[1] * 7, [1] * 5 + [0] * 2]))
+    layer(x, padding_mask=mask)
+    # Each layer norm its own gamma and beta, so that using the wrong one shows.
+    rng = np.random.default_rng(1)
+    for norm in (layer.self_attention.layernorm, layer.ffn_layernorm):
+        norm.gamma.assign(rng.uniform(0.5, 1.5, 16).astype("float32"))
+        norm.beta.assign(rng.normal(0.0, 0.3, 16).astype("float32"))
     out, weights = layer(x, padding_mask=mask)
     block = layer.self_attention
     h = tf.constant(_layer_norm(x.numpy(), block.layernorm), tf.float32)

@@ -251,6 +251,30 @@ def test_tied_embeddings_get_one_gradient_from_all_three_uses():
     assert sum("embedding" in name for name in names) == 1
     grads = tape.gradient(loss, model.trainable_variables)
     assert all(g is not None for g in grads)
+    table = model.encoder.pos_embedding.embedding.embeddings
+    tied_grad = tf.convert_to_tensor(grads[[v.path for v in model.trainable_variables].index(
+        table.path)])
+    # The same weights untied: the table copied into both embeddings and, transposed
+    # and without bias, into the output layer. The tied gradient is the sum of the
+    # three separate gradients.
+    untied = _tiny(input_vocab_size=30, target_vocab_size=30)
+    untied((CONTEXT, TARGET))
+    by_path = {v.path.split("/", 1)[1]: v for v in untied.weights}
+    for variable in model.weights:
+        by_path[variable.path.split("/", 1)[1]].assign(variable)
+    untied.decoder.pos_embedding.embedding.embeddings.assign(table)
+    untied.final_layer.kernel.assign(tf.transpose(table))
+    untied.final_layer.bias.assign(tf.zeros_like(untied.final_layer.bias))
+    with tf.GradientTape() as tape:
+        untied_loss = tf.reduce_sum(untied((CONTEXT, TARGET), training=False) ** 2)
+    np.testing.assert_allclose(untied_loss.numpy(), loss.numpy(), rtol=1e-5)
+    uses = [untied.encoder.pos_embedding.embedding.embeddings,
+            untied.decoder.pos_embedding.embedding.embeddings, untied.final_layer.kernel]
+    encoder_grad, decoder_grad, output_grad = tape.gradient(untied_loss, uses)
+    parts = [tf.convert_to_tensor(encoder_grad), tf.convert_to_tensor(decoder_grad),
+             tf.transpose(output_grad)]
+    assert all(float(tf.reduce_max(tf.abs(part))) > 0 for part in parts)
+    np.testing.assert_allclose(tied_grad.numpy(), sum(parts).numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_tied_model_saves_and_loads_with_the_sharing(tmp_path):

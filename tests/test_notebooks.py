@@ -99,7 +99,9 @@ def quick_workspace(tmp_path_factory):
         yield workspace
 
 
-# 02 first: it writes the run that 01 loads.
+# 02 first: it writes the run that 01 loads. Slow: each starts a kernel that
+# imports TensorFlow and trains (docs/design.md, "Tests").
+@pytest.mark.slow
 @pytest.mark.parametrize("name", builder.EXECUTION_ORDER)
 def test_notebook_runs_top_to_bottom(name, quick_workspace):
     """Executes a copy of the committed notebook; a cell that raises fails the test."""

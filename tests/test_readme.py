@@ -129,3 +129,13 @@ def test_readme_command_runs(index, command, workspace, tiny_run):
         lines = [line for line in done.stdout.splitlines() if not line.startswith("  ")]
         assert len(lines) == _sentences_given(command), done.stdout
         assert all(line.strip() for line in lines), done.stdout
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    """.ci/run installs from the requirements files, then runs what README.md tells
+    a reader to run after `pip install -r requirements-dev.txt &&`."""
+    (install_and_test,) = [c for c in readme_commands() if "pip install -r requirements-dev.txt" in c]
+    test_command = install_and_test.split("&&", 1)[1].strip()
+    assert "pytest" in test_command and "--durations=" in test_command
+    ci_lines = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert ci_lines[-1].strip() == test_command

@@ -5,7 +5,9 @@ layer-norm `gamma`/`beta` non-trivial random values (so a dropped `beta`, a
 missing residual or a skipped sublayer changes the numbers), reads every weight
 out, and compares the layer's float32 output (training=False) and attention
 weights with a NumPy float64 implementation written from the paper, not from
-the library: post-norm `LayerNorm(x + Sublayer(x))` with epsilon 1e-6,
+the library: post-norm `LayerNorm(x + Sublayer(x))` with epsilon 1e-6 (or
+pre-norm `x + Sublayer(LayerNorm(x))`, each stack closed by a layer norm, the
+encoder output used as it is by encoder-decoder attention),
 `softmax(Q K^T / sqrt(depth) + mask * -1e9)` with mask 1 = NOT allowed, heads
 split as `reshape(batch, seq, heads, depth)`, `FFN(x) = relu(x W1 + b1) W2 + b2`,
 embeddings times `sqrt(d_model)` plus the interleaved sinusoidal encoding.
@@ -17,6 +19,7 @@ import math
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from transformer import (
@@ -70,9 +73,18 @@ def np_mha(q_in, kv_in, p, num_heads, mask):
     return out @ p["wo"] + p["bo"], weights
 
 
-def np_attention_block(x, context, p, num_heads, mask):
-    """Post-norm residual attention sublayer: `LayerNorm(x + MHA(x, context, context))`."""
-    attn, weights = np_mha(x, context, p, num_heads, mask)
+def np_attention_block(x, context, p, num_heads, mask, pre_norm=False):
+    """Residual attention sublayer; `context=None` for self-attention.
+
+    Post-norm: `LayerNorm(x + MHA(x, c, c))` with `c = x` or the context.
+    Pre-norm: `x + MHA(LN(x), c, c)` with `c = LN(x)` for self-attention, and
+    the context as it is for encoder-decoder attention (the encoder's output,
+    already closed by its layer norm).
+    """
+    h = np_layer_norm(x, p["gamma"], p["beta"]) if pre_norm else x
+    attn, weights = np_mha(h, h if context is None else context, p, num_heads, mask)
+    if pre_norm:
+        return x + attn, weights
     return np_layer_norm(x + attn, p["gamma"], p["beta"]), weights
 
 
@@ -80,7 +92,9 @@ def np_ffn(x, p):
     return np.maximum(0.0, x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
 
 
-def np_ffn_block(x, p):
+def np_ffn_block(x, p, pre_norm=False):
+    if pre_norm:
+        return x + np_ffn(np_layer_norm(x, p["gamma"], p["beta"]), p)
     return np_layer_norm(x + np_ffn(x, p), p["gamma"], p["beta"])
 
 
@@ -92,16 +106,16 @@ def np_padding(tokens):
     return (np.asarray(tokens) == 0).astype(np.float64)[:, None, None, :]
 
 
-def np_encoder_layer(x, p, num_heads, mask):
-    x, weights = np_attention_block(x, x, p["self"], num_heads, mask)
-    return np_ffn_block(x, p["ffn"]), weights
+def np_encoder_layer(x, p, num_heads, mask, pre_norm=False):
+    x, weights = np_attention_block(x, None, p["self"], num_heads, mask, pre_norm)
+    return np_ffn_block(x, p["ffn"], pre_norm), weights
 
 
-def np_decoder_layer(x, context, p, num_heads, self_mask, cross_mask):
+def np_decoder_layer(x, context, p, num_heads, self_mask, cross_mask, pre_norm=False):
     """`self_mask` must already include the look-ahead part."""
-    x, w1 = np_attention_block(x, x, p["self"], num_heads, self_mask)
-    x, w2 = np_attention_block(x, context, p["cross"], num_heads, cross_mask)
-    return np_ffn_block(x, p["ffn"]), w1, w2
+    x, w1 = np_attention_block(x, None, p["self"], num_heads, self_mask, pre_norm)
+    x, w2 = np_attention_block(x, context, p["cross"], num_heads, cross_mask, pre_norm)
+    return np_ffn_block(x, p["ffn"], pre_norm), w1, w2
 
 
 def np_positional_encoding(length, depth):
@@ -121,21 +135,29 @@ def np_embed(tokens, table, d_model):
     return table[tokens] * math.sqrt(d_model) + np_positional_encoding(tokens.shape[1], d_model)
 
 
-def np_transformer(src, tar, p, num_heads):
-    """The whole forward pass; returns `(logits, attention weights dict)`."""
+def np_transformer(src, tar, p, num_heads, pre_norm=False):
+    """The whole forward pass; returns `(logits, attention weights dict)`.
+
+    Pre-norm closes each stack with a layer norm, `p["encoder_norm"]` and
+    `p["decoder_norm"]` (`gamma`, `beta`).
+    """
     d_model = p["src_embedding"].shape[1]
     src_mask = np_padding(src)  # (batch, 1, 1, src_len)
     tar_mask = np.maximum(np_padding(tar), np_look_ahead(np.asarray(tar).shape[1]))
     weights = {}
     x = np_embed(src, p["src_embedding"], d_model)
     for i, layer in enumerate(p["encoder"]):
-        x, weights[f"encoder_layer{i + 1}"] = np_encoder_layer(x, layer, num_heads, src_mask)
-    context = x
+        x, weights[f"encoder_layer{i + 1}"] = np_encoder_layer(
+            x, layer, num_heads, src_mask, pre_norm
+        )
+    context = np_layer_norm(x, **p["encoder_norm"]) if pre_norm else x
     y = np_embed(tar, p["tar_embedding"], d_model)
     for i, layer in enumerate(p["decoder"]):
-        y, w1, w2 = np_decoder_layer(y, context, layer, num_heads, tar_mask, src_mask)
+        y, w1, w2 = np_decoder_layer(y, context, layer, num_heads, tar_mask, src_mask, pre_norm)
         weights[f"decoder_layer{i + 1}_block1"] = w1
         weights[f"decoder_layer{i + 1}_block2"] = w2
+    if pre_norm:
+        y = np_layer_norm(y, **p["decoder_norm"])
     return y @ p["final_w"] + p["final_b"], weights
 
 
@@ -251,7 +273,7 @@ def test_encoder_self_attention_block_matches_reference():
     mask = np_padding(SRC)
     out, weights = block(x, padding_mask=tf.constant(mask, tf.float32), training=False)
     ref, ref_weights = np_attention_block(
-        x.astype(np.float64), x.astype(np.float64), _block_params(block), HEADS, mask
+        x.astype(np.float64), None, _block_params(block), HEADS, mask
     )
     _assert_close(out, ref)
     _assert_close(weights, ref_weights)
@@ -270,7 +292,7 @@ def test_masked_decoder_self_attention_block_matches_reference():
     out, weights = block(x, padding_mask=tf.constant(padding, tf.float32), training=False)
     mask = np.maximum(padding, np_look_ahead(TAR.shape[1]))
     ref, ref_weights = np_attention_block(
-        x.astype(np.float64), x.astype(np.float64), _block_params(block), HEADS, mask
+        x.astype(np.float64), None, _block_params(block), HEADS, mask
     )
     _assert_close(out, ref)
     _assert_close(weights, ref_weights)
@@ -285,8 +307,7 @@ def test_masked_decoder_self_attention_applies_look_ahead_without_a_padding_mask
     x = _inputs(rng, 1, 4, D_MODEL)
     out, weights = block(x, training=False)
     ref, ref_weights = np_attention_block(
-        x.astype(np.float64), x.astype(np.float64), _block_params(block), HEADS,
-        np_look_ahead(4),
+        x.astype(np.float64), None, _block_params(block), HEADS, np_look_ahead(4)
     )
     _assert_close(out, ref)
     _assert_close(weights, ref_weights)
@@ -310,26 +331,28 @@ def test_encoder_decoder_attention_block_matches_reference_with_unequal_lengths(
     _assert_close(weights, ref_weights)
 
 
-def test_encoder_layer_matches_reference():
+@pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
+def test_encoder_layer_matches_reference(pre_norm):
     keras.utils.set_random_seed(25)
     rng = np.random.default_rng(25)
-    layer = EncoderLayer(D_MODEL, HEADS, DFF, dropout_rate=0.1)
+    layer = EncoderLayer(D_MODEL, HEADS, DFF, dropout_rate=0.1, normalize_first=pre_norm)
     layer.build((None, None, D_MODEL))
     _randomize(layer, rng)
     x = _inputs(rng, 2, SRC.shape[1], D_MODEL)
     mask = np_padding(SRC)
     out, weights = layer(x, padding_mask=tf.constant(mask, tf.float32), training=False)
     ref, ref_weights = np_encoder_layer(
-        x.astype(np.float64), _encoder_layer_params(layer), HEADS, mask
+        x.astype(np.float64), _encoder_layer_params(layer), HEADS, mask, pre_norm
     )
     _assert_close(out, ref)
     _assert_close(weights, ref_weights)
 
 
-def test_decoder_layer_matches_reference():
+@pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
+def test_decoder_layer_matches_reference(pre_norm):
     keras.utils.set_random_seed(26)
     rng = np.random.default_rng(26)
-    layer = DecoderLayer(D_MODEL, HEADS, DFF, dropout_rate=0.1)
+    layer = DecoderLayer(D_MODEL, HEADS, DFF, dropout_rate=0.1, normalize_first=pre_norm)
     layer.build((None, None, D_MODEL), (None, None, D_MODEL))
     _randomize(layer, rng)
     x = _inputs(rng, 2, TAR.shape[1], D_MODEL)
@@ -345,7 +368,7 @@ def test_decoder_layer_matches_reference():
     self_mask = np.maximum(tar_padding, np_look_ahead(TAR.shape[1]))
     ref, ref1, ref2 = np_decoder_layer(
         x.astype(np.float64), context.astype(np.float64), _decoder_layer_params(layer),
-        HEADS, self_mask, src_padding,
+        HEADS, self_mask, src_padding, pre_norm,
     )
     _assert_close(out, ref)
     _assert_close(block1, ref1)
@@ -359,7 +382,12 @@ def test_reference_positional_encoding_is_the_papers():
     np.testing.assert_allclose(pe[2], [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)])
 
 
-def test_whole_transformer_matches_reference():
+def _stack_norm(stack):
+    return {"gamma": _f64(stack.final_layernorm.gamma), "beta": _f64(stack.final_layernorm.beta)}
+
+
+@pytest.mark.parametrize("pre_norm", [False, True], ids=["post_norm", "pre_norm"])
+def test_whole_transformer_matches_reference(pre_norm):
     num_layers = 2
     keras.utils.set_random_seed(27)
     rng = np.random.default_rng(27)
@@ -367,7 +395,7 @@ def test_whole_transformer_matches_reference():
     model = Transformer(
         num_layers=num_layers, d_model=D_MODEL, num_heads=HEADS, dff=DFF,
         input_vocab_size=src_vocab, target_vocab_size=tar_vocab, max_length=12,
-        dropout_rate=0.1,
+        dropout_rate=0.1, normalize_first=pre_norm,
     )
     model.build(((None, None), (None, None)))
     _randomize(model, rng)
@@ -382,8 +410,13 @@ def test_whole_transformer_matches_reference():
         "final_w": _f64(model.final_layer.kernel),
         "final_b": _f64(model.final_layer.bias),
     }
+    if pre_norm:
+        params["encoder_norm"] = _stack_norm(model.encoder)
+        params["decoder_norm"] = _stack_norm(model.decoder)
+    else:
+        assert model.encoder.final_layernorm is None and model.decoder.final_layernorm is None
     assert len(params["encoder"]) == len(params["decoder"]) == num_layers
-    ref_logits, ref_weights = np_transformer(SRC, TAR, params, HEADS)
+    ref_logits, ref_weights = np_transformer(SRC, TAR, params, HEADS, pre_norm)
     assert logits.shape == (2, TAR.shape[1], tar_vocab)
     _assert_close(logits, ref_logits)
     assert sorted(weights) == sorted(ref_weights)

@@ -122,7 +122,7 @@ def test_tiny_run_logs_the_schedules_learning_rate_and_tensorboard_scalars(tiny_
         points = valid_scalars[f"evaluation_{metric}_vs_iterations"]
         assert [step for step, _ in points] == [steps, 2 * steps], metric
         assert [v for _, v in points] == pytest.approx(history["val_" + metric], rel=1e-6)
-    next_rates = [float(CustomSchedule(d_model, warmup)(s)) for s in (steps, 2 * steps)]
+    next_rates = [d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5) for s in (steps, 2 * steps)]
     rates = train_scalars["epoch_learning_rate"]
     assert [step for step, _ in rates] == [0, 1]
     assert [v for _, v in rates] == pytest.approx(next_rates, rel=1e-6)

@@ -6,7 +6,7 @@ import pytest
 
 
 def test_run_config_round_trip_and_defaults():
-    from transformer.model import PRESETS
+    from transformer.model_config import PRESETS
     from transformer.run.config import CORPUS_DEFAULTS, TOY_DEFAULTS, RunConfig
 
     config = RunConfig(output_dir="runs/x", batch_size=16)
@@ -68,7 +68,7 @@ def test_for_resume_allows_only_some_changes():
 
 
 def test_real_corpora_are_sized_from_the_corpus():
-    from transformer.model import PRESETS
+    from transformer.model_config import PRESETS
     from transformer.run.config import CORPUS_DEFAULTS, RunConfig, size_epochs_and_batches
 
     config = RunConfig(dataset="ted_hrlr_translate/pt_to_en")
@@ -154,7 +154,7 @@ def test_configs_written_before_shared_vocabularies_and_fitted_warmups_keep_neit
 
 
 def test_default_model_drops_dropout_on_real_corpora_unless_given():
-    from transformer.model import PRESETS
+    from transformer.model_config import PRESETS
     from transformer.run.config import CORPUS_DROPOUT_RATE, default_model
 
     assert default_model("tutorial", data="pairs.tsv").dropout_rate == CORPUS_DROPOUT_RATE == 0.0

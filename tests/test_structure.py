@@ -17,7 +17,10 @@ PACKAGE = REPO / "transformer"
 
 MAX_MODULE_LINES = 650
 MAX_FUNCTION_CODE_LINES = 90
-MAX_FUNCTION_LEVEL_IMPORTS = 2
+# Two command lines that import the library (and TensorFlow) only after parsing
+# their options, `TransformerConfig.build_model` (plain Python until a model is
+# built), and one plot.
+MAX_FUNCTION_LEVEL_IMPORTS = 4
 
 # Exemptions, none today. Entries are module paths (relative to the repository),
 # exempt from all three limits, or "path::function" for one function over its limit.

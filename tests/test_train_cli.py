@@ -63,13 +63,24 @@ def assert_one_line_error(result, returncode, *fragments):
         assert fragment in lines[0], lines[0]
 
 
-def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, tmp_path):
-    out = tmp_path / "run"
-    result = run_train(*TINY, *data_args, "--epochs", "2", "--output-dir", str(out))
+# The uninterrupted run of the SIGKILL test, and the run whose directory is checked.
+REFERENCE = [*TINY, "--epochs", "3", "--checkpoint-every", "3"]
+
+
+@pytest.fixture(scope="module")
+def reference_run(data_args, tmp_path_factory):
+    """`(output directory, result)` of one tiny run, exported, shared by two tests."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    result = run_train(*REFERENCE, *data_args, "--output-dir", str(out))
     assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, reference_run):
+    out, result = reference_run
     assert "Traceback" not in result.stderr
     stdout = result.stdout
-    for text in ("Epoch 1/2 - step 5", "Epoch 2/2 - step 10", "learning_rate",
+    for text in ("Epoch 1/3 - step 5", "Epoch 3/3 - step 15", "learning_rate",
                  "exact match", "BLEU signatures: nrefs:1|", "Examples:", "Run directory"):
         assert text in stdout, stdout
     assert len(stdout.splitlines()) < 60  # nothing scrolls
@@ -85,26 +96,26 @@ def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, tmp_pat
     assert config["precision"] == "float32" and config["target_vocab_size"] > 4
     with open(out / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [row["epoch"] for row in rows] == ["0", "1"]
+    assert [row["epoch"] for row in rows] == ["0", "1", "2"]
     assert {"loss", "masked_accuracy", "val_loss", "learning_rate"} <= set(rows[0])
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["final_step"] == 10
+    assert metrics["final_step"] == 15
     assert set(metrics["test"]) >= {"masked_accuracy", "exact_match", "bleu", "bleu_signature"}
 
     # The same command again is refused, and nothing is touched.
     before = sorted(p.name for p in out.iterdir())
-    refused = run_train(*TINY, *data_args, "--epochs", "2", "--output-dir", str(out))
+    refused = run_train(*REFERENCE, *data_args, "--output-dir", str(out))
     assert_one_line_error(refused, 1, "is not empty", "--resume")
     assert sorted(p.name for p in out.iterdir()) == before
 
     # Resuming may not change the model, but may train longer.
     changed = run_train("--output-dir", str(out), "--resume", "--d-model", "32", "--no-export")
     assert_one_line_error(changed, 1, "Cannot change `d_model`")
-    longer = run_train("--output-dir", str(out), "--resume", "--epochs", "3", "--no-export")
+    longer = run_train("--output-dir", str(out), "--resume", "--epochs", "4", "--no-export")
     assert longer.returncode == 0, longer.stderr
-    assert "Resuming" in longer.stdout and "at step 10 (epoch 3, batch 0)" in longer.stdout
-    assert "Epoch 3/3 - step 15" in longer.stdout
-    assert json.loads((out / "config.json").read_text())["epochs"] == 3
+    assert "Resuming" in longer.stdout and "at step 15 (epoch 4, batch 0)" in longer.stdout
+    assert "Epoch 4/4 - step 20" in longer.stdout
+    assert json.loads((out / "config.json").read_text())["epochs"] == 4
 
 
 KILL_AT_STEP = """
@@ -126,11 +137,12 @@ runpy.run_path("train.py", run_name="__main__")
 
 
 @pytest.mark.slow
-def test_sigkill_mid_epoch_then_resume_continues_exactly(data_args, tmp_path):
-    args = [*TINY, *data_args, "--epochs", "3", "--checkpoint-every", "3", "--no-export"]
-    reference = run_train(*args, "--output-dir", str(tmp_path / "reference"))
-    assert reference.returncode == 0, reference.stderr
+def test_sigkill_mid_epoch_then_resume_continues_exactly(data_args, reference_run, tmp_path):
+    """Killed at step 8 and resumed, the run ends with the reference run's weights
+    (the same options; exporting or not changes no weight)."""
+    reference = reference_run[1]
     assert weights_digest(reference.stdout)[0] == 15
+    args = [*REFERENCE, *data_args, "--no-export"]
 
     out = tmp_path / "run"
     killed = run_train(*args, "--output-dir", str(out), code=KILL_AT_STEP,
@@ -232,3 +244,64 @@ def test_dropout_defaults_to_zero_on_real_corpora_and_keeps_a_given_rate(tmp_pat
     toy = _config_from_args(build_parser().parse_args([]),
                             build_parser(suppress_defaults=True).parse_args([]))
     assert toy.model.dropout_rate == 0.1
+
+
+def _without_memory_pool_setting():
+    return {key: value for key, value in os.environ.items() if key != "TF_CPU_ALLOCATOR_USE_BFC"}
+
+
+BEFORE_TENSORFLOW = """
+import os, runpy, sys
+sys.argv = ["train.py", *sys.argv[1:]]
+try:
+    runpy.run_path("train.py", run_name="__main__")
+except SystemExit as done:
+    print("exit", done.code)
+print("tensorflow" in sys.modules, os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
+"""
+
+
+@pytest.mark.parametrize("argv,code", [(["--help"], 0), (["--epochs", "0"], 2),
+                                       (["--no-such-option"], 2)])
+def test_help_and_usage_errors_answer_before_tensorflow_starts(argv, code):
+    """In well under a second: TensorFlow is not imported, nothing is set for it."""
+    env = _without_memory_pool_setting()
+    done = subprocess.run([sys.executable, "-c", BEFORE_TENSORFLOW, *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.stdout.splitlines()[-2:] == [f"exit {code}", "False None"], done.stderr
+    if code:
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+START_TENSORFLOW = """
+import os, sys
+import transformer.cli.train as cli
+print("tensorflow" in sys.modules, os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
+cli._start_tensorflow()
+print("tensorflow" in sys.modules, os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
+"""
+
+
+@pytest.mark.parametrize("given,used", [(None, "true"), ("false", "false")])
+def test_the_memory_pool_is_chosen_when_tensorflow_starts_not_on_import(given, used):
+    """Importing the module changes no environment variable (a test process that
+    imports it must not pass the setting on to later subprocesses); a run sets
+    TF_CPU_ALLOCATOR_USE_BFC just before TensorFlow's import reads it, unless
+    the environment already says otherwise."""
+    env = _without_memory_pool_setting()
+    if given is not None:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = given
+    done = subprocess.run([sys.executable, "-c", START_TENSORFLOW], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", str(given), "True", used]
+
+
+def test_starting_tensorflow_in_a_process_that_has_it_changes_no_environment(monkeypatch):
+    import tensorflow  # noqa: F401 - already imported by the test session
+
+    from transformer.cli import train as cli
+
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    cli._start_tensorflow()
+    assert "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ

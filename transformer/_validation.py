@@ -1,4 +1,5 @@
-"""Argument checks shared by the layers; errors read like Keras's own."""
+"""Argument checks shared by the layers and the run's configuration; errors read
+like Keras's own. Plain Python: no TensorFlow at import."""
 
 from __future__ import annotations
 
@@ -40,3 +41,25 @@ def check_heads_divide(d_model, num_heads) -> None:
             "Received an invalid value for argument `num_heads`, expected a divisor "
             f"of `d_model`. Received: d_model={d_model}, num_heads={num_heads}"
         )
+
+
+def check_label_smoothing(label_smoothing) -> float:
+    """`label_smoothing` as a float, or a Keras-style `ValueError` unless it is in [0, 1)."""
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
+        0 <= label_smoothing < 1
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `label_smoothing`, expected a float "
+            f"in [0, 1). Received: label_smoothing={label_smoothing!r}"
+        )
+    return float(label_smoothing)
+
+
+def check_learning_rate(learning_rate) -> float:
+    """Checks a peak learning rate: a number in (0, 1]."""
+    if (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float))
+            or not 0 < learning_rate <= 1):
+        raise ValueError(
+            f"Expected a learning rate in (0, 1]. Received: learning_rate={learning_rate!r}"
+        )
+    return float(learning_rate)

@@ -43,3 +43,13 @@ TRANSLATE_FIRST_PASS_EXTRA = 10
 # `learning_rate` of a run that uses the paper's schedule, whose peak follows
 # from d_model and the warm-up (`transformer.training.CustomSchedule`).
 PAPER_LEARNING_RATE = "paper"
+
+# The subword tokenizers (`transformer.data.tokenizers`): the tutorial's
+# WordPiece and the reversible SentencePiece.
+TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
+
+# The subword models SentencePiece can learn (`transformer.data.sentencepiece`).
+SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe", "char", "word")
+
+# The `tf.distribute` strategies of a run (`transformer.run.distribute`).
+STRATEGIES = ("default", "mirrored", "multi-worker")

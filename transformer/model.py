@@ -1,19 +1,16 @@
-"""Encoder, Decoder and the Transformer (section 3.1 of Vaswani et al., 2017),
-and `TransformerConfig` with the project's presets.
+"""Encoder, Decoder and the Transformer (section 3.1 of Vaswani et al., 2017).
+
+Their hyperparameters and the project's presets are `transformer.model_config`.
 
 Data flows tokens -> `PositionalEmbedding` -> `Encoder` -> `Decoder` -> logits.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from typing import Any
-
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_heads_divide, check_positive_int, check_rate
+from transformer._validation import check_positive_int, check_rate
 from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
 from transformer.fast_ops import Dropout, normalize
 from transformer.layers import DecoderLayer, EncoderLayer
@@ -440,91 +437,3 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-
-
-@dataclasses.dataclass
-class TransformerConfig:
-    """The model's hyperparameters; `PRESETS` holds the named ones.
-
-    Vocabulary sizes come from the tokenizers, so `build_model` takes them.
-
-    Example:
-
-    >>> config = TransformerConfig.from_preset("tutorial", dropout_rate=0.2)
-    >>> config.num_layers, config.d_model, config.dropout_rate
-    (4, 128, 0.2)
-    """
-
-    num_layers: int = 4
-    d_model: int = 128
-    num_heads: int = 8
-    dff: int = 512
-    dropout_rate: float = 0.1
-    max_length: int = 128
-    # One weight matrix for both embeddings and the pre-softmax projection
-    # (section 3.4); needs a shared vocabulary.
-    tie_embeddings: bool = False
-    # Pre-norm sublayers instead of the paper's post-norm (`transformer.layers`).
-    normalize_first: bool = False
-
-    def __post_init__(self):
-        for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
-            check_positive_int(name, getattr(self, name))
-        check_rate("dropout_rate", self.dropout_rate)
-        check_heads_divide(self.d_model, self.num_heads)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:
-        """The preset `name` with the given fields replaced (None values are ignored)."""
-        if name not in PRESETS:
-            raise ValueError(
-                f"Received an unknown preset. Expected one of {sorted(PRESETS)}. "
-                f"Received: preset={name!r}"
-            )
-        overrides = {key: value for key, value in overrides.items() if value is not None}
-        return dataclasses.replace(PRESETS[name], **overrides)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - fields
-        if unknown:
-            raise ValueError(f"Unknown TransformerConfig fields: {sorted(unknown)}")
-        return cls(**data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    def build_model(self, input_vocab_size: int, target_vocab_size: int, **kwargs) -> Transformer:
-        """A `Transformer` with this configuration, built (its weights exist)."""
-        model = Transformer(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            input_vocab_size=input_vocab_size,
-            target_vocab_size=target_vocab_size,
-            max_length=self.max_length,
-            dropout_rate=self.dropout_rate,
-            tie_embeddings=self.tie_embeddings,
-            normalize_first=self.normalize_first,
-            **kwargs,
-        )
-        model.build(((None, None), (None, None)))
-        return model
-
-
-PRESETS: dict[str, TransformerConfig] = {
-    # The base configuration of the TensorFlow tutorial.
-    "tutorial": TransformerConfig(
-        num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
-    ),
-    # Small enough to train the toy translator in a minute or two on two CPU
-    # cores (train.py's defaults reach >= 95% exact match on the toy test split).
-    "toy": TransformerConfig(
-        num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=64
-    ),
-}

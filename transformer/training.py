@@ -11,7 +11,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_positive_int
+from transformer._validation import (  # noqa: F401 - check_* are re-exported
+    check_label_smoothing,
+    check_learning_rate,
+    check_positive_int,
+)
 from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, PAD_ID
 
 
@@ -116,16 +120,6 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "total_steps": self.total_steps}
 
 
-def check_learning_rate(learning_rate) -> float:
-    """Checks a peak learning rate: a number in (0, 1]."""
-    if (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float))
-            or not 0 < learning_rate <= 1):
-        raise ValueError(
-            f"Expected a learning rate in (0, 1]. Received: learning_rate={learning_rate!r}"
-        )
-    return float(learning_rate)
-
-
 def make_optimizer(
     d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
     total_steps: int | None = None,
@@ -148,18 +142,6 @@ def learning_rate_schedule(optimizer):
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
         return schedule
     return None
-
-
-def check_label_smoothing(label_smoothing) -> float:
-    """`label_smoothing` as a float, or a Keras-style `ValueError` unless it is in [0, 1)."""
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
-        0 <= label_smoothing < 1
-    ):
-        raise ValueError(
-            "Received an invalid value for argument `label_smoothing`, expected a float "
-            f"in [0, 1). Received: label_smoothing={label_smoothing!r}"
-        )
-    return float(label_smoothing)
 
 
 def token_losses(label, pred, label_smoothing):

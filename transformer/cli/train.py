@@ -10,8 +10,9 @@ evaluates it on the toy test split and writes everything to runs/toy/.
     python translate.py --run runs/toy "o gato preto come o bolo"
 
 This module only parses the options; the work is `transformer.run.train`.
-Importing it imports TensorFlow, with TensorFlow's native start-up messages
-hidden (see `transformer.cli.common.hide_native_stderr`).
+Importing it does not import TensorFlow: the options are parsed first (so
+`--help` and a bad option answer at once), then TensorFlow starts, with its
+native start-up messages hidden (see `transformer.cli.common.hide_native_stderr`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 import sys
 
+from transformer import rundir
 from transformer.cli.common import (
     OneLineErrorParser,
     duration,
@@ -32,40 +34,10 @@ from transformer.cli.common import (
     report_error,
     use_tensorflow_memory_pool,
 )
-
-
-def _import_tensorflow_quietly():
-    """Imports TensorFlow with its C++ start-up messages (oneDNN, CUDA probing) hidden.
-
-    They are written to the stderr file descriptor before TensorFlow reads any
-    log-level setting, so the descriptor points at /dev/null meanwhile (see
-    `transformer.cli.common.hide_native_stderr`); later native messages show.
-    Python errors are raised after it is restored.
-    """
-    restore = hide_native_stderr()
-    try:
-        import keras  # noqa: F401
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401
-
-        tf.config.list_physical_devices()  # probes for GPUs; devices stay configurable
-    finally:
-        restore()
-
-
-# Before the library is imported: it imports TensorFlow.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # hide the C++ logs of TensorFlow (its errors raise in Python)
-use_tensorflow_memory_pool()
-_import_tensorflow_quietly()
-
-import tensorflow as tf  # noqa: E402
-
-from transformer import rundir  # noqa: E402
-from transformer.data.loading import DATASETS  # noqa: E402
-from transformer.data.sentencepiece import MODEL_TYPES as SENTENCEPIECE_MODEL_TYPES  # noqa: E402
-from transformer.data.tokenizers import TOKENIZER_KINDS  # noqa: E402
-from transformer.model import PRESETS  # noqa: E402
-from transformer.run.config import (  # noqa: E402
+from transformer.constants import SENTENCEPIECE_MODEL_TYPES, STRATEGIES, TOKENIZER_KINDS
+from transformer.data.loading import DATASETS
+from transformer.model_config import PRESETS
+from transformer.run.config import (
     CORPUS_DEFAULTS,
     CORPUS_DROPOUT_RATE,
     MAX_EPOCHS,
@@ -77,13 +49,38 @@ from transformer.run.config import (  # noqa: E402
     dataset_defaults,
     default_model,
 )
-from transformer.run.distribute import STRATEGIES  # noqa: E402
-from transformer.run.precision import (  # noqa: E402
+from transformer.run.precision import (
     PRECISIONS,
     default_precision,
     explain_default_precision,
 )
-from transformer.run.trainer import TrainingError, train  # noqa: E402
+
+
+def _start_tensorflow():
+    """Imports TensorFlow for a run, once the options are known to be good.
+
+    First the choices TensorFlow reads only at import: its C++ logs hidden
+    and its CPU memory pool (`use_tensorflow_memory_pool`); then the import,
+    with its C++ start-up messages (oneDNN, CUDA probing) hidden too: they are
+    written to the stderr file descriptor before TensorFlow reads any log-level
+    setting, so the descriptor points at /dev/null meanwhile (see
+    `transformer.cli.common.hide_native_stderr`); later native messages show.
+    Python errors are raised after it is restored.
+    """
+    if "tensorflow" not in sys.modules:
+        # hide the C++ logs of TensorFlow (its errors raise in Python)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        use_tensorflow_memory_pool()
+    restore = hide_native_stderr()
+    try:
+        import keras  # noqa: F401
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+
+        tf.config.list_physical_devices()  # probes for GPUs; devices stay configurable
+    finally:
+        restore()
+
 
 PROG = "train.py"
 
@@ -360,6 +357,11 @@ def main(argv=None) -> int:
     package_logger.setLevel(logging.INFO)
     package_logger.propagate = False
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFDS' and TensorFlow's warnings
+
+    _start_tensorflow()
+    import tensorflow as tf
+
+    from transformer.run.trainer import TrainingError, train
 
     try:
         config = _config_from_args(args, explicit)

@@ -67,9 +67,16 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as text
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from transformer.constants import (
+    END_ID,
+    PAD_ID,
+    RESERVED_TOKENS,
+    SENTENCEPIECE_MODEL_TYPES,
+    START_ID,
+    UNK_ID,
+)
 from transformer.data.corpus import DataError
-from transformer.data.tokenizer_base import TokenizerBase
+from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +89,7 @@ __all__ = [
     "NORMALIZATIONS",
 ]
 
-MODEL_TYPES = ("unigram", "bpe", "char", "word")
+MODEL_TYPES = SENTENCEPIECE_MODEL_TYPES
 NORMALIZATIONS = ("nmt_nfkc", "identity", "nfkc", "nmt_nfkc_cf", "nfkc_cf")
 DEFAULT_MODEL_TYPE = "unigram"
 DEFAULT_NORMALIZATION = "nmt_nfkc"
@@ -339,7 +346,7 @@ class SentencePieceTokenizer(TokenizerBase):
         ):
             method.get_concrete_function()
 
-    @tf.function
+    @tokenizer_function
     def tokenize(self, strings):
         """Splits sentences into piece ids, framed by START and END.
 
@@ -357,7 +364,7 @@ class SentencePieceTokenizer(TokenizerBase):
         framed = tf.concat([start, ids, end], axis=1)  # (batch, (tokens + 2))
         return framed.with_row_splits_dtype(tf.int64)
 
-    @tf.function
+    @tokenizer_function
     def detokenize(self, tokens):
         """Turns ids back into text, with its original spacing and case.
 
@@ -380,7 +387,7 @@ class SentencePieceTokenizer(TokenizerBase):
         kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
         return self.tokenizer.detokenize(tf.cast(kept, tf.int32))  # (batch,)
 
-    @tf.function
+    @tokenizer_function
     def lookup(self, token_ids):
         """Maps ids to their pieces, one string per id.
 
@@ -396,12 +403,12 @@ class SentencePieceTokenizer(TokenizerBase):
             return tf.ragged.map_flat_values(lambda v: tf.gather(self._pieces, v), ids)
         return tf.gather(self._pieces, ids)
 
-    @tf.function
+    @tokenizer_function
     def get_vocab_size(self):
         """Returns the number of pieces, a scalar int32 tensor."""
         return tf.size(self._pieces)
 
-    @tf.function
+    @tokenizer_function
     def get_model_path(self):
         """Returns the path of the `.model` file, a scalar string tensor."""
         return self._model_path

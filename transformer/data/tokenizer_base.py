@@ -1,5 +1,21 @@
 """What the WordPiece and SentencePiece tokenizers share: their reserved tokens,
-their vocabulary file and the mapping of ids outside the vocabulary to `[UNK]`."""
+their vocabulary file, the mapping of ids outside the vocabulary to `[UNK]`,
+and `tokenizer_function`, the decorator of every traced tokenizer method.
+
+Why no autograph: a `tf.function` method is bound, per instance, to a
+placeholder `self` (TensorFlow's `TfMethodTarget`), and the real instance is
+put in either by the bound-method wrapper (without autograph), which calls
+the body with the instance itself, or by autograph, which receives the method
+bound to the placeholder and has to unwrap it on each of its paths. The
+tokenizers trace about a dozen methods per instance while it is being built,
+and a body once ran with the placeholder as `self` (`AttributeError:
+'TfMethodTarget' object has no attribute '_valid_ids'`, in a notebook kernel;
+not reproduced on demand, 60 builds under `gc.set_threshold(1)` passed).
+Only the autograph side ever holds the placeholder-bound method. The methods
+have no Python control flow on tensors, so autograph has nothing to convert
+in them; `autograph=False` traces them as plain Python called with the real
+instance, and the placeholder is never called.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +23,20 @@ import tensorflow as tf
 
 from transformer.constants import UNK_ID
 
+tokenizer_function = tf.function(autograph=False)
+"""Decorates a tokenizer method: traced into the SavedModel, never autograph-converted."""
+
 
 class TokenizerBase(tf.Module):
     """A tokenizer `tf.Module` with `_vocab_path`, `_reserved_tokens` and a
     `_vocabulary()` string tensor (one token per id)."""
 
-    @tf.function
+    @tokenizer_function
     def get_vocab_path(self):
         """Returns the path of the vocabulary file, a scalar string tensor."""
         return self._vocab_path
 
-    @tf.function
+    @tokenizer_function
     def get_reserved_tokens(self):
         """Returns the reserved tokens, a string tensor `[PAD] [UNK] [START] [END]`."""
         return tf.constant(self._reserved_tokens)

@@ -40,14 +40,14 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as text
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
+from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, TOKENIZER_KINDS
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
     learn_sentencepiece_model,
     write_sentencepiece_files,
 )
-from transformer.data.tokenizer_base import TokenizerBase
+from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
 from transformer.data.wordpiece import learn_wordpiece_vocab
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_VOCAB_SIZE = 8000
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 
 _ID_DTYPES = (tf.int64, tf.int32)
 
@@ -111,7 +110,7 @@ class SubwordTokenizer(TokenizerBase):
         self.get_vocab_path.get_concrete_function()
         self.get_reserved_tokens.get_concrete_function()
 
-    @tf.function
+    @tokenizer_function
     def tokenize(self, strings):
         """Splits sentences into word-piece ids, framed by START and END.
 
@@ -129,7 +128,7 @@ class SubwordTokenizer(TokenizerBase):
         ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))  # (batch, 1)
         return tf.concat([starts, ids, ends], axis=1)  # (batch, (tokens + 2))
 
-    @tf.function
+    @tokenizer_function
     def detokenize(self, tokens):
         """Turns ids back into text: joins word pieces, words by single spaces.
 
@@ -155,7 +154,7 @@ class SubwordTokenizer(TokenizerBase):
         words = self.tokenizer.detokenize(kept)  # (batch, (words))
         return tf.strings.reduce_join(words, separator=" ", axis=-1)  # (batch,)
 
-    @tf.function
+    @tokenizer_function
     def lookup(self, token_ids):
         """Maps ids to their word pieces, one string per id.
 
@@ -168,7 +167,7 @@ class SubwordTokenizer(TokenizerBase):
         """
         return tf.gather(self.vocab, self._valid_ids(token_ids))
 
-    @tf.function
+    @tokenizer_function
     def get_vocab_size(self):
         """Returns the number of tokens in the vocabulary, a scalar int32 tensor."""
         return tf.shape(self.vocab)[0]

@@ -21,60 +21,55 @@ from transformer.run import RunConfig, train
 result = train(RunConfig(output_dir="runs/toy"))
 result.evaluation.exact_match, result.evaluation.bleu
 ```
+
+The names below are imported on first use: importing a submodule that needs
+no TensorFlow (`transformer.run.config`, `transformer.run.precision`) does not
+import it, so that `train.py` parses its options before TensorFlow starts.
 """
 
-from transformer.run.callbacks import (
-    CheckpointSaver,
-    EpochSummary,
-    LearningRateLogger,
-    StopOnNaN,
-    TrainingError,
-    optimizer_step,
-)
-from transformer.run.config import (
-    CONFIG_FORMAT_VERSION,
-    CORPUS_DEFAULTS,
-    DEFAULT_RUNS_DIR,
-    RESUMABLE_FIELDS,
-    TOY_DEFAULTS,
-    RunConfig,
-    dataset_defaults,
-)
-from transformer.run.distribute import STRATEGIES, make_strategy
-from transformer.run.evaluation import Evaluation, evaluate, normalize_text, translate_all
-from transformer.run.precision import (
-    PRECISIONS,
-    cpu_flags,
-    default_precision,
-    explain_default_precision,
-)
-from transformer.run.trainer import TrainResult, train, weights_fingerprint
+from __future__ import annotations
 
-__all__ = [
-    "RunConfig",
-    "RESUMABLE_FIELDS",
-    "TOY_DEFAULTS",
-    "CORPUS_DEFAULTS",
-    "DEFAULT_RUNS_DIR",
-    "CONFIG_FORMAT_VERSION",
-    "dataset_defaults",
-    "PRECISIONS",
-    "cpu_flags",
-    "default_precision",
-    "explain_default_precision",
-    "STRATEGIES",
-    "make_strategy",
-    "LearningRateLogger",
-    "StopOnNaN",
-    "CheckpointSaver",
-    "EpochSummary",
-    "optimizer_step",
-    "normalize_text",
-    "translate_all",
-    "Evaluation",
-    "evaluate",
-    "train",
-    "TrainResult",
-    "TrainingError",
-    "weights_fingerprint",
-]
+import importlib
+
+_EXPORTS = {
+    "CheckpointSaver": "callbacks",
+    "EpochSummary": "callbacks",
+    "LearningRateLogger": "callbacks",
+    "StopOnNaN": "callbacks",
+    "TrainingError": "callbacks",
+    "optimizer_step": "callbacks",
+    "CONFIG_FORMAT_VERSION": "config",
+    "CORPUS_DEFAULTS": "config",
+    "DEFAULT_RUNS_DIR": "config",
+    "RESUMABLE_FIELDS": "config",
+    "TOY_DEFAULTS": "config",
+    "RunConfig": "config",
+    "dataset_defaults": "config",
+    "STRATEGIES": "distribute",
+    "make_strategy": "distribute",
+    "Evaluation": "evaluation",
+    "evaluate": "evaluation",
+    "normalize_text": "evaluation",
+    "translate_all": "evaluation",
+    "PRECISIONS": "precision",
+    "cpu_flags": "precision",
+    "default_precision": "precision",
+    "explain_default_precision": "precision",
+    "TrainResult": "trainer",
+    "train": "trainer",
+    "weights_fingerprint": "trainer",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -8,15 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from transformer import rundir
-from transformer._validation import check_positive_int
-from transformer.constants import PAPER_LEARNING_RATE
+from transformer._validation import (
+    check_label_smoothing,
+    check_learning_rate,
+    check_positive_int,
+)
+from transformer.constants import (
+    PAPER_LEARNING_RATE,
+    SENTENCEPIECE_MODEL_TYPES,
+    STRATEGIES,
+    TOKENIZER_KINDS,
+)
 from transformer.data.loading import DATASETS
-from transformer.data.sentencepiece import MODEL_TYPES as SENTENCEPIECE_MODEL_TYPES
-from transformer.data.tokenizers import TOKENIZER_KINDS
-from transformer.model import PRESETS, TransformerConfig
-from transformer.run.distribute import STRATEGIES
+from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.precision import PRECISIONS
-from transformer.training import check_label_smoothing, check_learning_rate
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
@@ -202,7 +207,7 @@ class RunConfig:
             accents and punctuation) or `"wordpiece"` (the tutorial's
             `BertTokenizer`: lower-cases, strips accents, splits punctuation).
         subword_model: what SentencePiece learns, one of
-            `transformer.data.sentencepiece.MODEL_TYPES`: `"unigram"` (real
+            `transformer.constants.SENTENCEPIECE_MODEL_TYPES`: `"unigram"` (real
             corpora) or `"bpe"` (the toy corpus: one piece per word); ignored
             by WordPiece. None: the dataset's default.
         lower_case: lower-case text (and, for WordPiece, strip accents) before

@@ -22,9 +22,9 @@ import os
 
 import tensorflow as tf
 
-logger = logging.getLogger(__name__)
+from transformer.constants import STRATEGIES
 
-STRATEGIES = ("default", "mirrored", "multi-worker")
+logger = logging.getLogger(__name__)
 
 
 def configure_cpu_devices(count: int | None) -> None:
