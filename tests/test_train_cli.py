@@ -127,7 +127,9 @@ runpy.run_path("train.py", run_name="__main__")
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_continues_exactly(data_args, tmp_path):
-    args = [*TINY, *data_args, "--epochs", "3", "--checkpoint-every", "3", "--no-export"]
+    # Dropout on: the resumed run must draw the uninterrupted run's masks too.
+    args = [*TINY, *data_args, "--epochs", "3", "--checkpoint-every", "3", "--no-export",
+            "--dropout", "0.1"]
     reference = run_train(*args, "--output-dir", str(tmp_path / "reference"))
     assert reference.returncode == 0, reference.stderr
     assert weights_digest(reference.stdout)[0] == 15

@@ -14,6 +14,7 @@ from transformer.data.loading import DATASETS
 from transformer.data.tokenizers import TOKENIZER_KINDS
 from transformer.model import PRESETS, TransformerConfig
 from transformer.run.distribute import STRATEGIES
+from transformer.run.fingerprint import FINGERPRINT_KEY
 from transformer.run.precision import PRECISIONS
 from transformer.training import check_label_smoothing, check_learning_rate
 
@@ -23,8 +24,10 @@ DEFAULT_RUNS_DIR = "runs"
 # `learning_rate` and `average_checkpoints` (older files load with their
 # defaults: the paper's schedule and the final weights); version 4
 # `time_budget` (older files: none); version 5 `shared_vocab` and
-# `fit_warmup` (older files: two vocabularies and the paper's warm-up).
-CONFIG_FORMAT_VERSION = 5
+# `fit_warmup` (older files: two vocabularies and the paper's warm-up);
+# version 6 `data_fingerprint`, what the run was trained on (older files: none,
+# resumed unchecked with a warning; `transformer.run.fingerprint`).
+CONFIG_FORMAT_VERSION = 6
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -421,7 +424,9 @@ class RunConfig:
 
 
 # Keys of config.json that are facts about the run rather than settings.
-_DERIVED_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version"})
+_DERIVED_KEYS = frozenset(
+    {"input_vocab_size", "target_vocab_size", "format_version", FINGERPRINT_KEY}
+)
 
 
 # --------------------------------------------------------------------------
