@@ -276,21 +276,31 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error_naming_it(reference, 
     assert "\n" not in message and message.startswith(f"Checkpoint {path!r} does not match")
 
 
-def test_the_cli_refuses_a_resume_without_checkpoints_in_one_line(reference, tmp_path,
-                                                                  capsys):
+@pytest.mark.parametrize("damage, error", [
+    ("checkpoints removed", "Cannot resume"),
+    ("model changed", "Checkpoint '{run_dir}/checkpoints/ckpt-24' does not match"),
+])
+def test_the_cli_refuses_such_resumes_in_one_line(reference, tmp_path, capsys, damage, error):
     from transformer.cli.train import main
 
     run_dir = copy_of(reference.run_dir, tmp_path)
-    shutil.rmtree(run_dir / "checkpoints")
-    package = logging.getLogger("transformer")
-    saved = package.handlers[:], package.level, package.propagate
+    if damage == "checkpoints removed":
+        shutil.rmtree(run_dir / "checkpoints")
+    else:  # config.json edited by hand: the checkpoint holds another model
+        saved = json.loads((run_dir / "config.json").read_text())
+        saved["model"]["dff"] *= 2
+        (run_dir / "config.json").write_text(json.dumps(saved))
+    loggers = [logging.getLogger(name) for name in ("transformer", "absl", "tensorflow")]
+    saved_state = [(lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
     try:
         assert main(["--output-dir", str(run_dir), "--resume", "--no-export"]) == 1
-    finally:  # main() sends the package's logs to stdout
-        package.handlers[:], package.level = saved[0], saved[1]
-        package.propagate = saved[2]
+    finally:  # main() sends the package's logs to stdout and quiets the others
+        for lg, (handlers, level, propagate) in zip(loggers, saved_state, strict=True):
+            lg.handlers[:], lg.propagate = handlers, propagate
+            lg.setLevel(level)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("train.py: error: Cannot resume"), lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("train.py: error: " + error.format(run_dir=run_dir)), lines
 
 
 # --------------------------------------------------------------------------

@@ -353,6 +353,8 @@ def main(argv=None) -> int:
     package_logger.setLevel(logging.INFO)
     package_logger.propagate = False
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFDS' and TensorFlow's warnings
+    # and tf.get_logger()'s, e.g. a refused checkpoint's unrestored values, after the error line
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
     try:
         config = _config_from_args(args, explicit)
