@@ -67,7 +67,8 @@ def test_mock_data_goes_through_tfds_load_with_the_tutorial_arguments(monkeypatc
 
     monkeypatch.setattr(tfds, "load", spy)
     with tfds.testing.mock_data(num_examples=3, policy=tfds.testing.MockPolicy.USE_CODE):
-        load_ted_hrlr(data_dir="/nowhere", download=False)
+        corpus = load_ted_hrlr(data_dir="/nowhere", download=False)
+    assert corpus.version == str(tfds.builder(TED_HRLR_PT_EN).info.version)  # for resuming
     ((args, kwargs),) = calls
     assert args == (TED_HRLR_PT_EN,)
     assert kwargs["split"] == ["train", "validation", "test"]

@@ -36,6 +36,38 @@ def test_crlf_bom_whitespace_and_no_final_newline(tmp_path):
     assert read_tsv(path) == [("Não", "No"), ("um gato", "a cat"), ("fim", "end")]
 
 
+@pytest.mark.parametrize("end", ["\r", "\r\n", "\n"])
+def test_cr_only_crlf_and_lf_files_read_the_same_pairs(tmp_path, end):
+    """Old Mac files end lines in a lone CR; 600 pairs are 600 pairs in any convention."""
+    pairs = [(f"frase {i}", f"sentence {i}") for i in range(600)]
+    path = _write(tmp_path, "".join(f"{s}\t{t}{end}" for s, t in pairs))
+    read, stats = read_tsv_with_stats(path)
+    assert read == pairs
+    assert (stats.lines, stats.pairs) == (600, 600)
+
+
+def test_mixed_line_ends_and_a_cr_lf_split_across_reads(tmp_path, monkeypatch):
+    from transformer.data import tsv
+
+    content = "a\tb\rc\td\r\ne\tf\n\r\rg\th\r"
+    path = _write(tmp_path, content)
+    expected = [("a", "b"), ("c", "d"), ("e", "f"), ("g", "h")]
+    for read_bytes in (1, 2, 3, 5, 1 << 16):  # every CR LF straddles a read somewhere
+        monkeypatch.setattr(tsv, "_READ_BYTES", read_bytes)
+        pairs, stats = read_tsv_with_stats(path)
+        assert pairs == expected, read_bytes
+        assert (stats.lines, stats.blank) == (6, 2), read_bytes
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n"])
+def test_line_numbers_of_errors_count_cr_and_cr_lf_line_ends(tmp_path, end):
+    path = _write(tmp_path, end.join(["o gato\tthe cat", "", "a\tb", "só uma coluna", "c\td"]))
+    with pytest.raises(DataError, match=r"corpus.tsv:4: expected at least 2 tab-separated"):
+        read_tsv(path)
+    pairs, stats = read_tsv_with_stats(path, skip_bad_lines=True)
+    assert len(pairs) == 3 and stats.first_bad_line.startswith(f"{path}:4: ")
+
+
 def test_extra_columns_and_chosen_columns(tmp_path):
     # The Tatoeba/ManyThings layout: English, Portuguese, attribution.
     path = _write(tmp_path, "Go.\tVai.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272\n")
@@ -134,6 +166,14 @@ def test_over_long_line(tmp_path):
         handle.write(b"x" * (MAX_LINE_BYTES + 10) + b"\ty\n")
         handle.write(b"c\td\n")
     with pytest.raises(DataError, match=r"long.tsv:2: line longer than 1,048,576 bytes"):
+        read_tsv(path)
+    pairs, stats = read_tsv_with_stats(path, skip_bad_lines=True)
+    assert pairs == [("a", "b"), ("c", "d")] and stats.skipped == 1 and stats.lines == 3
+
+
+def test_over_long_line_with_cr_line_ends(tmp_path):
+    path = _write(tmp_path, b"a\tb\r" + b"x" * (MAX_LINE_BYTES + 10) + b"\ty\r\nc\td\r")
+    with pytest.raises(DataError, match=r"corpus.tsv:2: line longer than 1,048,576 bytes"):
         read_tsv(path)
     pairs, stats = read_tsv_with_stats(path, skip_bad_lines=True)
     assert pairs == [("a", "b"), ("c", "d")] and stats.skipped == 1 and stats.lines == 3

@@ -64,7 +64,8 @@ def assert_one_line_error(result, returncode, *fragments):
 
 
 # The uninterrupted run of the SIGKILL test, and the run whose directory is checked.
-REFERENCE = [*TINY, "--epochs", "3", "--checkpoint-every", "3"]
+# Dropout on: a resumed run must draw the uninterrupted run's dropout masks too.
+REFERENCE = [*TINY, "--epochs", "3", "--checkpoint-every", "3", "--dropout", "0.1"]
 
 
 @pytest.fixture(scope="module")

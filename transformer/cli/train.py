@@ -357,6 +357,8 @@ def main(argv=None) -> int:
     package_logger.setLevel(logging.INFO)
     package_logger.propagate = False
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFDS' and TensorFlow's warnings
+    # and tf.get_logger()'s, e.g. a refused checkpoint's unrestored values, after the error line
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
     _start_tensorflow()
     import tensorflow as tf

@@ -168,18 +168,53 @@ def batches_from_tokens(
         A prefetched `tf.data.Dataset` of `((context, x), labels)`, int64:
         context `(batch, source_len)`, x and labels `(batch, target_len)`.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(
-            "Received an invalid value for argument `batch_size`, expected a positive "
-            f"integer. Received: batch_size={batch_size!r}"
-        )
+    check_positive_int("batch_size", batch_size)
     n = len(tokenized)
     dataset = tf.data.Dataset.range(n)
     if shuffle:
         dataset = dataset.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    return _padded(dataset.batch(batch_size, drop_remainder=drop_remainder), tokenized)
+
+
+def fixed_batches_from_tokens(tokenized: TokenizedPairs, batch_size: int,
+                              seed: int = 0) -> tf.data.Dataset:
+    """An endless stream of `((context, x), labels)` batches of `batch_size` pairs.
+
+    Pass after pass over the pairs, each cut into batches of `batch_size` (the
+    last batch of a pass may be smaller). The order of pass `p` is a
+    permutation that depends on `seed` and `p` only
+    (`tf.random.experimental.stateless_shuffle`), not on how many iterators
+    the dataset has made: the stream is the same for the same seed however
+    often it is built or iterated, so a resumed run can skip the batches it
+    has already seen, as with `budget_batches_from_tokens`. (A
+    `shuffle(reshuffle_each_iteration=True)` draws each pass's order from a
+    seed generator that every new iterator advances.)
+
+    Args:
+        tokenized: the output of `tokenize_pairs`.
+        batch_size: pairs per batch.
+        seed: the seed of every pass's order.
+
+    Returns:
+        A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
+    """
+    check_positive_int("batch_size", batch_size)
+    n = len(tokenized)
+    seed = tf.constant(seed, tf.int64)
+
+    def one_pass(pass_index):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(n, dtype=tf.int64), seed=tf.stack([seed, pass_index])
+        )  # (num_pairs,)
+        return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
+
+    return _padded(tf.data.Dataset.counter().flat_map(one_pass), tokenized)
+
+
+def _padded(indices: tf.data.Dataset, tokenized: TokenizedPairs) -> tf.data.Dataset:
+    """The prefetched, padded batches of a dataset of index batches."""
     gather = functools.partial(_gather, tokenized.context, tokenized.target)
-    dataset = dataset.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -305,12 +340,11 @@ def budget_batches_from_tokens(
         indices, output_signature=tf.TensorSpec([None], tf.int64)
     )
     if length_step == 1:
-        gather = functools.partial(_gather, tokenized.context, tokenized.target)
-    else:
-        gather = functools.partial(
-            _gather_fixed_shape, tokenized.context, tokenized.target,
-            tf.constant(lengths, tf.int64), batch_tokens, length_step,
-        )
+        return _padded(dataset, tokenized)
+    gather = functools.partial(
+        _gather_fixed_shape, tokenized.context, tokenized.target,
+        tf.constant(lengths, tf.int64), batch_tokens, length_step,
+    )
     return dataset.map(
         gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
     ).prefetch(tf.data.AUTOTUNE)

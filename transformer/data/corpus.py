@@ -43,6 +43,7 @@ class Corpus:
             e.g. `"toy(seed=0)"` or `"data/por.tsv"`; informational only.
         skipped_lines: how many malformed lines were skipped while reading
             (only non-zero for TSV files read with `skip_bad_lines=True`).
+        version: the dataset's version (TFDS datasets), or "".
 
     Example:
 
@@ -56,6 +57,7 @@ class Corpus:
     test: list[Pair]
     name: str = ""
     skipped_lines: int = 0
+    version: str = ""
 
     def sizes(self) -> dict[str, int]:
         """Returns the number of pairs in each split, as `{"train": n, ...}`."""

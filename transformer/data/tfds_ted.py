@@ -60,12 +60,13 @@ def load_tfds_translation(
 
     where = os.fspath(data_dir) if data_dir is not None else _default_data_dir()
     try:
-        datasets = tfds.load(
+        datasets, info = tfds.load(
             name,
             split=list(splits),
             as_supervised=True,
             data_dir=None if data_dir is None else os.fspath(data_dir),
             download=download,
+            with_info=True,
         )
     except Exception as error:  # TFDS raises many types: AssertionError, OSError, ...
         if not download:
@@ -95,7 +96,7 @@ def load_tfds_translation(
         splits_pairs.append(pairs)
     train, valid, test = splits_pairs
     logger.info("Loaded %s: %d/%d/%d pairs.", name, len(train), len(valid), len(test))
-    return Corpus(train=train, valid=valid, test=test, name=name)
+    return Corpus(train=train, valid=valid, test=test, name=name, version=str(info.version))
 
 
 def load_ted_hrlr(data_dir=None, download: bool = False) -> Corpus:

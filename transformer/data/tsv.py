@@ -12,7 +12,9 @@ line, e.g. ``corpus.tsv:17: expected at least 2 tab-separated columns, found
 number is logged and returned by `read_tsv_with_stats`. A missing file, a
 directory, an empty file and a binary file are errors too.
 
-Files are read line by line, so a large corpus costs only the memory of its
+Lines may end in `\\n`, `\\r\\n` or a lone `\\r` (old Mac files), mixed in one
+file too, as Python's universal newlines read them; line numbers count them
+so. Files are read in chunks, so a large corpus costs only the memory of its
 sentence pairs.
 """
 
@@ -22,7 +24,8 @@ import dataclasses
 import logging
 import os
 import random
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from transformer.data.corpus import Corpus, DataError, Pair
@@ -32,6 +35,11 @@ logger = logging.getLogger(__name__)
 # A line longer than this is not a sentence pair; reading stops with an error
 # (or skips the line) instead of loading it into memory.
 MAX_LINE_BYTES = 1 << 20
+
+# Bytes read at a time; lines are split from these chunks.
+_READ_BYTES = 1 << 16
+# A line ends in LF, CR LF or a lone CR.
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -93,6 +101,32 @@ def _open_checked(path: Path):
     return handle
 
 
+def _raw_lines(handle) -> Iterator[bytes | None]:
+    """The lines of a binary file without their ends (`\\n`, `\\r\\n` or `\\r`).
+
+    A line longer than `MAX_LINE_BYTES` is yielded as None, and never held
+    in memory whole.
+    """
+    pending, too_long = b"", False
+    while True:
+        chunk = handle.read(_READ_BYTES)
+        data = pending + chunk
+        # A CR that ends the chunk may be the first half of a CR LF: keep it.
+        end = len(data) - 1 if chunk and data.endswith(b"\r") else len(data)
+        start = 0
+        for match in _LINE_END.finditer(data, 0, end):
+            line = data[start : match.start()]
+            yield None if too_long or len(line) > MAX_LINE_BYTES else line
+            too_long, start = False, match.end()
+        pending = data[start:]
+        if not chunk:
+            if pending:
+                yield None if too_long or len(pending) > MAX_LINE_BYTES else pending
+            return
+        if len(pending) > MAX_LINE_BYTES:  # drop the line's bytes, keep a last CR
+            too_long, pending = True, pending[-1:] if pending.endswith(b"\r") else b""
+
+
 def read_tsv_with_stats(
     path,
     source_column: int = 0,
@@ -103,7 +137,8 @@ def read_tsv_with_stats(
 
     Args:
         path: the file, UTF-8 (a byte-order mark is allowed), one
-            `source<TAB>target` pair per line; `\\n` or `\\r\\n` line ends.
+            `source<TAB>target` pair per line; `\\n`, `\\r\\n` or `\\r` line
+            ends, mixed or not.
         source_column: the column (from 0) holding the source sentence.
         target_column: the column (from 0) holding the target sentence.
         skip_bad_lines: skip malformed lines (too few columns, an empty
@@ -151,15 +186,9 @@ def read_tsv_with_stats(
 
     with _open_checked(path) as handle:
         number = 0
-        while True:
-            raw = handle.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                break
+        for raw in _raw_lines(handle):
             number += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                # Skip the rest of the over-long line before reporting it.
-                while raw and not raw.endswith(b"\n"):
-                    raw = handle.readline(MAX_LINE_BYTES + 1)
+            if raw is None:
                 bad(number, f"line longer than {MAX_LINE_BYTES:,} bytes; is this a text corpus?")
                 continue
             if b"\x00" in raw:
@@ -176,7 +205,6 @@ def read_tsv_with_stats(
                 continue
             if number == 1:
                 line = line.removeprefix("\ufeff")
-            line = line.rstrip("\r\n")
             if not line.strip():
                 stats.blank += 1
                 continue

@@ -93,12 +93,14 @@ class CheckpointSaver(keras.callbacks.Callback):
     Args:
         manager: a `tf.train.CheckpointManager`.
         every: save after every `every`-th update (counted over the whole run).
+        on_save: called with the step after each checkpoint is saved, or None.
     """
 
-    def __init__(self, manager: tf.train.CheckpointManager, every: int):
+    def __init__(self, manager: tf.train.CheckpointManager, every: int, on_save=None):
         super().__init__()
         self.manager = manager
         self.every = every
+        self.on_save = on_save
         self.last_saved = None
 
     def _save(self):
@@ -106,6 +108,8 @@ class CheckpointSaver(keras.callbacks.Callback):
         if step != self.last_saved:
             self.manager.save(checkpoint_number=step)
             self.last_saved = step
+            if self.on_save is not None:
+                self.on_save(step)
 
     def on_train_batch_end(self, batch, logs=None):
         if optimizer_step(self.model.optimizer) % self.every == 0:

@@ -1,9 +1,11 @@
 """A run's checkpoints: what they hold, resuming from the latest, averaging the last.
 
 A checkpoint holds the model, the optimizer (whose `iterations` is the
-schedule's step) and `train_seconds`, the training time so far, so that a
-resumed run continues its time budget. The checkpoints are written every
-`checkpoint_every` updates and at the end of every epoch
+schedule's step), `train_seconds`, the training time so far, so that a
+resumed run continues its time budget, and `random_states`, the states of the
+model's seed generators (its dropout layers'), so that a resumed run draws the
+dropout masks the uninterrupted run would have drawn. The checkpoints are
+written every `checkpoint_every` updates and at the end of every epoch
 (`transformer.run.callbacks.CheckpointSaver`).
 
 Averaging is section 6.1 of Vaswani et al., 2017: "For the base models, we
@@ -13,13 +15,54 @@ used a single model obtained by averaging the last 5 checkpoints."
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import tensorflow as tf
+
+from transformer.rundir import RunDirError
 
 logger = logging.getLogger(__name__)
 
 # Checkpoints kept on disk (more when more are averaged).
 MAX_CHECKPOINTS_KEPT = 3
+
+# Parts of a checkpoint that older versions did not write: a checkpoint
+# without them restores the rest (the time count starts at 0, the dropout
+# seeds where a new run's start).
+_OPTIONAL_PARTS = ("train_seconds", "random_states")
+
+_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+class CheckpointError(RunDirError):
+    """A checkpoint cannot be restored into the run's model; the message names it."""
+
+
+def random_states(model) -> list:
+    """The model's seed generator states: `model.variables` that are not weights."""
+    weights = {id(weight) for weight in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
+
+
+def latest_checkpoint(directory) -> str | None:
+    """The checkpoint to resume from in `directory`, or None if it holds none.
+
+    The one its `checkpoint` state file names; without a readable state file,
+    the highest-numbered `ckpt-<step>` whose index was written (the index is
+    written last), with a warning.
+    """
+    directory = Path(directory)
+    latest = tf.train.latest_checkpoint(str(directory))
+    if latest or not directory.is_dir():
+        return latest
+    steps = [int(m.group(1)) for m in map(_INDEX.match, (p.name for p in directory.iterdir())) if m]
+    if not steps:
+        return None
+    path = str(directory / f"ckpt-{max(steps)}")
+    logger.warning("%s has no readable `checkpoint` state file; resuming from %s, the "
+                   "latest checkpoint on disk.", directory, path)
+    return path
 
 
 def open_checkpoints(model, directory, average: int = 1, resume_from=None):
@@ -30,34 +73,58 @@ def open_checkpoints(model, directory, average: int = 1, resume_from=None):
         directory: where the manager writes `ckpt-<step>` files.
         average: checkpoints that will be averaged; the manager keeps at least
             that many.
-        resume_from: a run's checkpoints directory to restore the latest of, or None.
+        resume_from: a checkpoint (a `ckpt-<step>` path, see
+            `latest_checkpoint`) to restore, or None.
 
     Returns:
         `(checkpoint, manager, train_seconds)`; `train_seconds` is a float64
         variable of the checkpoint (0 for a new run).
+
+    Raises:
+        CheckpointError: `resume_from` does not match the model.
     """
     # Not a model variable: each worker of a distributed run counts its own time.
     train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_seconds")
     checkpoint = tf.train.Checkpoint(
-        model=model, optimizer=model.optimizer, train_seconds=train_seconds
+        model=model, optimizer=model.optimizer, train_seconds=train_seconds,
+        random_states=random_states(model),
     )
     manager = tf.train.CheckpointManager(
         checkpoint, str(directory), max_to_keep=max(MAX_CHECKPOINTS_KEPT, average)
     )
-    latest = tf.train.latest_checkpoint(str(resume_from)) if resume_from else None
-    if latest:
-        restore_checkpoint(checkpoint, latest)
+    if resume_from:
+        restore_checkpoint(checkpoint, str(resume_from))
     return checkpoint, manager, train_seconds
 
 
 def restore_checkpoint(checkpoint: tf.train.Checkpoint, path: str) -> None:
-    """Restores `path` into `checkpoint`; a checkpoint written before
-    `train_seconds` was kept restores the model and the optimizer, and the
-    count starts at 0."""
-    names = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
-    if "train_seconds" not in names:
-        checkpoint = tf.train.Checkpoint(model=checkpoint.model, optimizer=checkpoint.optimizer)
-    checkpoint.restore(path).assert_existing_objects_matched()
+    """Restores `path` into `checkpoint`.
+
+    A checkpoint written before `train_seconds` or `random_states` were kept
+    restores the model and the optimizer (the count starts at 0, the seeds
+    keep their initial states).
+
+    Raises:
+        CheckpointError: `path` cannot be read, or its variables do not match
+            the model and the optimizer (another model, or another version of
+            the code); one line naming the checkpoint.
+    """
+    try:
+        names = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+        parts = {name: getattr(checkpoint, name) for name in ("model", "optimizer")}
+        parts.update({name: getattr(checkpoint, name) for name in _OPTIONAL_PARTS
+                      if name in names and hasattr(checkpoint, name)})
+        status = tf.train.Checkpoint(**parts).restore(path)
+        status.expect_partial()  # values of the checkpoint itself (its save counter)
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as err:
+        detail = " ".join(str(err).split())
+        detail = detail if len(detail) <= 300 else detail[:297] + "..."
+        raise CheckpointError(
+            f"Checkpoint {path!r} does not match this run's model and optimizer, or cannot "
+            f"be read ({detail}). Was the model or the code changed? Start a new run in "
+            "another output directory."
+        ) from None
 
 
 def average_last_checkpoints(

@@ -21,6 +21,7 @@ from transformer.constants import (
 )
 from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS, TransformerConfig
+from transformer.run.fingerprint import FINGERPRINT_KEY
 from transformer.run.precision import PRECISIONS
 
 DEFAULT_RUNS_DIR = "runs"
@@ -30,8 +31,10 @@ DEFAULT_RUNS_DIR = "runs"
 # defaults: the paper's schedule and the final weights); version 4
 # `time_budget` (older files: none); version 5 `shared_vocab` and
 # `fit_warmup` (older files: two vocabularies and the paper's warm-up); version
-# 6 `subword_model` (older files: SentencePiece's unigram model).
-CONFIG_FORMAT_VERSION = 6
+# 6 `subword_model` (older files: SentencePiece's unigram model); version 7
+# `data_fingerprint`, what the run was trained on (older files: none, resumed
+# unchecked with a warning; `transformer.run.fingerprint`).
+CONFIG_FORMAT_VERSION = 7
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -446,7 +449,9 @@ class RunConfig:
 
 
 # Keys of config.json that are facts about the run rather than settings.
-_DERIVED_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version"})
+_DERIVED_KEYS = frozenset(
+    {"input_vocab_size", "target_vocab_size", "format_version", FINGERPRINT_KEY}
+)
 
 
 # --------------------------------------------------------------------------

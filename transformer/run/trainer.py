@@ -8,6 +8,7 @@ prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import math
@@ -28,6 +29,7 @@ from transformer.data.batching import (
     batches_from_tokens,
     batches_per_pass,
     budget_batches_from_tokens,
+    fixed_batches_from_tokens,
     pair_lengths,
     tokenize_pairs,
 )
@@ -54,12 +56,15 @@ from transformer.run.config import (
 from transformer.run.directory import (
     check_resume,
     prepare_run_dir,
+    record_checkpoint,
+    resume_checkpoint,
     save_model_atomic,
     save_tokenizers_anew,
     truncate_metrics_csv,
 )
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
+from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
 from transformer.training import (
     MaskedLoss,
@@ -129,11 +134,13 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        exports the translator (`export/`) when `transformer.translate` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state and its
-    step (hence the learning rate) from the latest checkpoint, and continues in
-    the epoch and at the batch where that checkpoint was taken. The training
-    pairs are a fixed, seeded stream of shuffled passes, so the resumed run sees
-    exactly the batches the uninterrupted run would have seen. Dropout masks
-    differ, as their random state is not checkpointed.
+    step (hence the learning rate) and the dropout seeds from the latest
+    checkpoint, and continues in the epoch and at the batch where that
+    checkpoint was taken. The training pairs are a fixed, seeded stream of
+    shuffled passes, so the resumed run sees exactly the batches and draws
+    exactly the dropout masks of the uninterrupted run, and ends with its
+    weights. A resume without a usable checkpoint, on other data or with a
+    checkpoint of another model is refused (docs/design.md, "Resuming a run").
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
@@ -149,7 +156,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         A `TrainResult`.
 
     Raises:
-        transformer.rundir.RunDirError: the output directory is not usable.
+        transformer.rundir.RunDirError: the output directory is not usable, or
+            the run cannot be resumed (`CheckpointError` among them).
         transformer.data.DataError: the data cannot be read.
         TrainingError: the loss became NaN (the message names the step).
         ValueError: an invalid setting.
@@ -216,6 +224,8 @@ class _Session:
         write_dir: where this process writes: `run_dir` on the chief, a
             temporary directory on the other workers.
         started: `time.perf_counter()` when `train` was called.
+        resume_from: the checkpoint to restore (None for a new run, or a run
+            that stopped before its first checkpoint).
     """
 
     config: RunConfig
@@ -225,13 +235,15 @@ class _Session:
     run_dir: Path
     write_dir: Path
     started: float
+    resume_from: str | None = None
 
 
 @dataclasses.dataclass
 class _Data:
-    """The corpus, the tokenizers and the batches of a run."""
+    """The corpus (and its `data_fingerprint`), the tokenizers and the batches of a run."""
 
     corpus: Corpus
+    fingerprint: dict
     tokenizers: Any
     train_tokens: TokenizedPairs
     valid_batches: tf.data.Dataset | None
@@ -262,15 +274,18 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
     strategy = make_strategy(config.strategy, config.cpu_devices)
     chief = is_chief(strategy)
     saved = prepare_run_dir(config, resume, chief)
+    resume_from = None
     if saved is not None:
         config = check_resume(config, saved)
+        resume_from = resume_checkpoint(config.run_dir)  # or a one-line refusal
     run_dir = config.run_dir
     write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
     if not chief:
         logger.info("%s writes its copies to %s (deleted at the end).",
                     worker_name(strategy).capitalize(), write_dir)
     return _Session(config=config, strategy=strategy, chief=chief, resuming=saved is not None,
-                    run_dir=run_dir, write_dir=write_dir, started=started)
+                    run_dir=run_dir, write_dir=write_dir, started=started,
+                    resume_from=resume_from)
 
 
 def _load_data(session: _Session) -> _Data:
@@ -290,6 +305,9 @@ def _load_data(session: _Session) -> _Data:
     )
     logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                 len(corpus.train), len(corpus.valid), len(corpus.test))
+    fingerprint = data_fingerprint(config, corpus)
+    if session.resuming:
+        check_data_unchanged(session.run_dir, fingerprint)  # or a one-line refusal
     session.write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
     tokenizers = _tokenizers(session, corpus)
     max_tokens = config.resolved_max_tokens
@@ -297,6 +315,7 @@ def _load_data(session: _Session) -> _Data:
     session.config = config = _sized(config, train_tokens)
     data = _Data(
         corpus=corpus,
+        fingerprint=fingerprint,
         tokenizers=tokenizers,
         train_tokens=train_tokens,
         valid_batches=None,
@@ -336,7 +355,7 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         model.optimizer.build(model.trainable_variables)
     checkpoint, manager, train_seconds = open_checkpoints(
         model, session.write_dir / rundir.CHECKPOINTS_DIR, config.average_checkpoints,
-        resume_from=run_dir / rundir.CHECKPOINTS_DIR if session.resuming else None,
+        resume_from=session.resume_from,
     )
     initial_step = optimizer_step(model.optimizer)
     logger.info(
@@ -490,13 +509,15 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
 
 
 def _write_config(session: _Session, data: _Data) -> None:
-    """Writes `config.json`: the settings, the vocabulary sizes and the format version."""
+    """Writes `config.json`: the settings, the vocabulary sizes, the data's
+    fingerprint and the format version."""
     record = session.config.to_dict()
     record.update(
         input_vocab_size=data.input_vocab_size,
         target_vocab_size=data.target_vocab_size,
         format_version=CONFIG_FORMAT_VERSION,
     )
+    record[FINGERPRINT_KEY] = data.fingerprint
     rundir.write_json_atomic(session.run_dir / rundir.CONFIG_FILE, record)
 
 
@@ -508,11 +529,15 @@ def _sharding_options() -> tf.data.Options:
 
 
 def _train_stream(tokens: TokenizedPairs, config: RunConfig, start_step: int) -> tf.data.Dataset:
-    """One seeded stream of shuffled passes over the training pairs; resuming skips what was seen."""
+    """One seeded stream of shuffled passes over the training pairs; resuming skips what was seen.
+
+    Pass `p`'s order is a function of `(seed, p)` for both kinds of batches, so
+    the stream is the same however often it is built or iterated.
+    """
     if config.batch_tokens:
         stream = budget_batches_from_tokens(tokens, config.batch_tokens, config.seed)
     else:
-        stream = batches_from_tokens(tokens, config.batch_size, True, config.seed).repeat()
+        stream = fixed_batches_from_tokens(tokens, config.batch_size, config.seed)
     if start_step:
         stream = stream.skip(start_step)
     return stream.with_options(_sharding_options())
@@ -528,7 +553,8 @@ def _callbacks(session: _Session, state: _ModelState,
         metrics_csv = run_dir / rundir.METRICS_CSV
         truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
         callbacks.append(keras.callbacks.CSVLogger(str(metrics_csv), append=True))
-    callbacks.append(CheckpointSaver(state.checkpoint_manager, config.checkpoint_every))
+    callbacks.append(CheckpointSaver(state.checkpoint_manager, config.checkpoint_every,
+                                     functools.partial(record_checkpoint, session.write_dir)))
     # The progress bar (when shown) finishes its line before the summary.
     callbacks.append(keras.callbacks.ProgbarLogger())
     callbacks.append(EpochSummary(config.epochs, clock))
