@@ -82,7 +82,7 @@ def test_parameter_count_is_the_projects_at_its_architecture():
     runs) equals the Keras model's count at the same sizes."""
     import tensorflow as tf
 
-    from transformer.model import TransformerConfig
+    from transformer.model_config import TransformerConfig
 
     model = TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512,
                               tie_embeddings=True, normalize_first=True).build_model(800, 800)
