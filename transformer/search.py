@@ -31,8 +31,10 @@ theirs. The strategies:
 
 Every loop is an explicit `tf.while_loop` (no AutoGraph), so it runs eagerly
 and compiles into one graph under `tf.function`; the loop's shapes are
-declared with `None` on every axis, so one trace serves every batch size and
-length. Output tokens are the generated tokens without the
+declared with `None` for the rows and the lengths, so one trace serves every
+batch size and length. The callback's cache may grow along the axes that are
+empty at the start (the keys and values of the positions so far); its other
+axes keep their size. Output tokens are the generated tokens without the
 leading `[START]`, with `[END]` when it was produced and `[PAD]` after it.
 """
 
@@ -80,10 +82,19 @@ def length_penalty(length, alpha):
     return np.power((5.0 + np.asarray(length, np.float64)) / 6.0, alpha)
 
 
-def _loop_shapes(structure):
-    """`tf.while_loop` shape invariants: any size on every axis (the cache grows
-    along one, the batch is any, and the tokens grow along the last)."""
-    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), structure)
+def _cache_shapes(cache):
+    """`tf.while_loop` shape invariants of the callback's cache: any number of
+    rows, and any size along the axes that are empty (or of unknown size) at
+    the start, which are the ones a cache grows along; every other axis keeps
+    its static size (which the step's kernels need: leaving them unknown made
+    a step 1.5 to 1.8 times slower)."""
+
+    def invariant(tensor):
+        dims = tensor.shape.as_list()
+        return tf.TensorShape([None if axis == 0 or size in (0, None) else size
+                               for axis, size in enumerate(dims)])
+
+    return tf.nest.map_structure(invariant, cache)
 
 
 def _flags(initial_finished, batch_size):
@@ -128,9 +139,11 @@ def _token_by_token(next_logits, choose, cache, limits, initial_finished):
         tokens = tf.concat([tokens, next_token[:, tf.newaxis]], axis=1)  # (batch, step + 2)
         return step + 1, tokens, finished, log_probs, cache
 
-    loop_vars = (tf.constant(0, tf.int32), tokens, finished, tf.zeros([batch_size]), cache)
     _, tokens, _, log_probs, _ = tf.while_loop(
-        cond, body, loop_vars=loop_vars, shape_invariants=_loop_shapes(loop_vars)
+        cond, body,
+        loop_vars=(tf.constant(0, tf.int32), tokens, finished, tf.zeros([batch_size]), cache),
+        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, None]),
+                          tf.TensorShape([None]), tf.TensorShape([None]), _cache_shapes(cache)),
     )
     return tokens[:, 1:], log_probs  # (batch, steps), (batch,)
 
@@ -396,7 +409,13 @@ def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_
         lambda *s: (BeamState(*s).step < max_length) & ~tf.reduce_all(BeamState(*s).done),
         lambda *s: _beam_step(next_logits, k, alpha, max_length, limits, BeamState(*s)),
         loop_vars=state,
-        shape_invariants=_loop_shapes(state),
+        shape_invariants=BeamState(
+            step=tf.TensorShape([]), alive=tf.TensorShape([None, None]),
+            alive_log_probs=tf.TensorShape([None, None]), cache=_cache_shapes(state.cache),
+            finished_tokens=tf.TensorShape([None, None, None]),
+            finished_scores=tf.TensorShape([None, None]), num_finished=tf.TensorShape([None]),
+            done=tf.TensorShape([None]),
+        ),
     )
     state = BeamState(*state)
     # Sentences still running at the end finish with their live hypotheses.
