@@ -207,6 +207,31 @@ def test_the_beam_state_has_named_fields_and_the_cache_follows_the_hypotheses():
     assert seen == [0, 1, 2, 3]
 
 
+def test_the_loops_keep_the_static_sizes_of_the_cache_axes_that_do_not_grow():
+    """Only the rows and the axes empty at the start may vary (with every axis
+    unknown, a greedy step took 1.5-1.8x as long: BENCHMARKS.md)."""
+    from transformer.search import _cache_shapes
+
+    model = random_model(seed=0)
+    next_logits, cache = start_decoding(model, tf.constant(random_sources(0, [4, 3])))
+    shapes = _cache_shapes(cache)
+    assert [s.as_list() for s in shapes[0]] == [[None, 4, None, 8]] * 2
+    seen = []
+
+    @tf.function(autograph=False)
+    def run(sources):
+        next_logits, cache = start_decoding(model, sources)
+
+        def spy(tokens, cache, index):
+            seen.append(cache[0][0].shape.as_list())
+            return next_logits(tokens, cache, index)
+
+        return greedy_search(spy, cache, tf.fill([tf.shape(sources)[0]], 3))
+
+    run.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
+    assert seen == [[None, 4, None, 8]]
+
+
 def _flat_callback(logits):
     """`next_logits` whose logits are `logits` at every step, for every row."""
     logits = tf.constant(logits, tf.float32)
@@ -241,6 +266,13 @@ def test_sampling_draws_from_the_tempered_and_cut_distribution():
                                atol=0.03)
     assert _sample_counts(logits, top_k=1)[6] == 1.0
     assert _sample_counts(logits, top_p=0.01)[6] == 1.0
+    # Every step draws afresh: two steps of 8 equally likely tokens agree in 1/8 of rows.
+    flat = np.where(np.arange(12) >= 4, 0.0, -30.0).astype(np.float32)
+    tokens, _ = sample_search(_flat_callback(flat), tf.zeros([4000]), tf.fill([4000], 2),
+                              seed=5)
+    tokens = tokens.numpy()
+    assert tokens.shape == (4000, 2) and (tokens >= 4).all()
+    assert abs((tokens[:, 0] == tokens[:, 1]).mean() - 1 / 8) < 0.03
 
 
 def test_sampling_is_seeded_reproducible_and_scored_by_the_model():

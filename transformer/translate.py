@@ -112,7 +112,7 @@ class Translation:
     text: str
     tokens: list[str]
     input_tokens: list[str]
-    token_ids: np.ndarray
+    token_ids: np.ndarray = dataclasses.field(compare=False)
     score: float
     log_prob: float
     attention_weights: Mapping[str, np.ndarray] = dataclasses.field(
