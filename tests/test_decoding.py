@@ -1,49 +1,78 @@
-"""Tests of transformer/decoding.py beyond test_translate.py: the step through the
-layers' caches and the per-sentence output limit (input length + 50, section 6.1)."""
+"""Tests of transformer/search.py and transformer/decoding.py beyond test_translate.py:
+the model's two halves (`encode`, `decode_step`), the search strategies on
+callbacks that know nothing of a model (greedy, beam with n-best, sampling with
+temperature, top-k and top-p), and the per-sentence output limit (input length
++ 50, section 6.1)."""
+
+import ast
+import itertools
+from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from translate_helpers import TARGET_VOCAB, random_model, random_sources
 
-from transformer.constants import END_ID, PAD_ID
+from transformer.constants import END_ID, PAD_ID, START_ID
 from transformer.decoding import (
     beam_search_decode,
     cached_greedy_decode,
-    decode_step,
+    compile_decode,
+    decode,
     naive_greedy_decode,
     output_limits,
+    sample_decode,
+    sequence_log_probs,
     start_decoding,
+)
+from transformer.search import (
+    BeamState,
+    beam_search,
+    greedy_search,
+    length_penalty,
+    repeat_beams,
+    sample_search,
 )
 
 LENGTHS = [9, 3, 6, 2, 7]
+PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 
 
-def test_decode_step_equals_the_full_decoder_position_by_position():
-    model = random_model(seed=3)
-    sources = tf.constant(random_sources(3, LENGTHS))
+def _decode_position_by_position(model, sources, targets):
+    context, padding_mask = model.encode(sources)
+    cache, memory = model.initial_cache(context, padding_mask)
+    logits = []
+    for t in range(targets.shape[1]):
+        step_logits, cache = model.decode_step(targets[:, : t + 1], cache, memory)
+        assert cache[0][0].shape[2] == t + 1  # one more cached position per step
+        logits.append(step_logits.numpy())
+    return np.stack(logits, axis=1)  # (batch, steps, vocab)
+
+
+@pytest.mark.parametrize("tie_embeddings", [False, True])
+def test_decode_step_equals_the_full_model_position_by_position(tie_embeddings):
+    """The tied case reads the logits through the shared table (section 3.4)."""
+    model = random_model(seed=3, tie_embeddings=tie_embeddings)
+    vocab = TARGET_VOCAB if tie_embeddings else 60
+    sources = tf.constant(random_sources(3, LENGTHS, vocab_size=vocab))
     targets = tf.constant(random_sources(4, [6] * len(LENGTHS), vocab_size=TARGET_VOCAB))
     full = model((sources, targets), training=False).numpy()  # (batch, 6, vocab)
-    cache, cross_mask = start_decoding(model, sources)
-    for t in range(targets.shape[1]):
-        logits, cache = decode_step(model, targets[:, : t + 1], cache, cross_mask)
-        np.testing.assert_allclose(logits.numpy(), full[:, t], atol=2e-4, rtol=1e-4)
-        assert cache[0]["self"][0].shape[2] == t + 1  # one more cached position per step
-
-
-def test_tied_embeddings_decode_as_the_naive_loop():
-    """Decoding reads the logits through `final_layer`, which is the shared
-    table when the embeddings are tied (section 3.4)."""
-    model = random_model(seed=4, tie_embeddings=True)
-    sources = tf.constant(random_sources(5, LENGTHS, vocab_size=TARGET_VOCAB))
-    targets = tf.constant(random_sources(6, [6] * len(LENGTHS), vocab_size=TARGET_VOCAB))
-    full = model((sources, targets), training=False).numpy()  # (batch, 6, vocab)
-    cache, cross_mask = start_decoding(model, sources)
-    for t in range(targets.shape[1]):
-        logits, cache = decode_step(model, targets[:, : t + 1], cache, cross_mask)
-        np.testing.assert_allclose(logits.numpy(), full[:, t], atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(_decode_position_by_position(model, sources, targets), full,
+                               atol=2e-4, rtol=1e-4)
     cached = cached_greedy_decode(model, sources, 12)
-    naive = naive_greedy_decode(model, sources, 12)
-    np.testing.assert_array_equal(np.asarray(cached), np.asarray(naive))
+    np.testing.assert_array_equal(cached.numpy(), naive_greedy_decode(model, sources, 12))
+
+
+def test_the_memory_is_the_encoder_output_projected_once():
+    model = random_model(seed=2)
+    sources = tf.constant(random_sources(2, LENGTHS))
+    context, padding_mask = model.encode(sources)
+    np.testing.assert_array_equal(padding_mask.numpy()[:, 0, 0], random_sources(2, LENGTHS) == 0)
+    cache, memory = model.initial_cache(context, padding_mask)
+    assert len(cache) == len(memory["cross"]) == model.num_layers
+    heads, depth = model.num_heads, model.d_model // model.num_heads
+    assert cache[0][0].shape == (len(LENGTHS), heads, 0, depth)
+    assert memory["cross"][0][0].shape == (len(LENGTHS), heads, max(LENGTHS), depth)
 
 
 def test_output_limits_are_input_length_plus_extra_capped():
@@ -84,3 +113,257 @@ def test_beam_row_limits_bound_every_output_and_change_nothing_when_loose():
     tight, _ = beam_search_decode(model, sources, 12, 3, 0.6, row_limits=tf.constant(limits))
     lengths = (tight.numpy() != PAD_ID).sum(axis=1)
     assert (lengths <= limits).all() and (lengths >= 1).all()
+
+
+# --- the strategies know nothing of a model: a table of logits as the callback ----
+
+
+def _table_callback(table):
+    """`next_logits` of a bigram model: the logits follow from the newest token
+    alone, `table[token]`. Its cache counts the calls per row."""
+    table = tf.constant(table, tf.float32)
+
+    def next_logits(tokens, cache, index):
+        assert tokens.shape.rank == 2
+        return tf.gather(table, tokens[:, -1]), cache + 1  # (rows, vocab), (rows,)
+
+    return next_logits
+
+
+def _bigram_table(seed, vocab=7, end_boost=0.0):
+    rng = np.random.default_rng(seed)
+    table = rng.normal(0.0, 2.0, (vocab, vocab)).astype(np.float32)
+    table[:, END_ID] += end_boost
+    table[:, PAD_ID] = table[:, START_ID] = -30.0  # never generated
+    return table
+
+
+def _bigram_log_prob(table, tokens):
+    log_softmax = table - np.log(np.exp(table).sum(axis=1, keepdims=True))
+    previous, total = START_ID, 0.0
+    for token in tokens:
+        total += log_softmax[previous, token]
+        if token == END_ID:
+            break
+        previous = token
+    return total
+
+
+def test_greedy_search_follows_the_callbacks_arg_max_chain():
+    table = _bigram_table(0, end_boost=1.0)
+    limits = tf.constant([6, 2, 0], tf.int32)
+    tokens, log_probs = greedy_search(_table_callback(table), tf.zeros([3], tf.int32), limits)
+    expected, token = [], START_ID
+    for _ in range(6):
+        token = int(np.argmax(table[token]))
+        expected.append(token)
+        if token == END_ID:
+            break
+    tokens = tokens.numpy()
+    np.testing.assert_array_equal(tokens[0, : len(expected)], expected)
+    np.testing.assert_array_equal(tokens[1, : min(2, len(expected))], expected[:2])
+    assert (tokens[2] == PAD_ID).all() and log_probs.numpy()[2] == 0.0
+    np.testing.assert_allclose(log_probs.numpy()[0], _bigram_log_prob(table, expected),
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_n_best_are_the_best_outputs_of_all_by_brute_force(alpha):
+    # A vocabulary of 7 and at most 3 tokens; a beam of 49 keeps every prefix.
+    table = _bigram_table(1, end_boost=2.0)
+    vocab, width = table.shape[0], 3
+    limits = tf.constant([width], tf.int32)
+    tokens, scores = beam_search(_table_callback(table), tf.zeros([49], tf.int32), limits,
+                                 beam_size=49, alpha=alpha, n_best=5)
+    assert tokens.shape == (1, 5, width) and scores.shape == (1, 5)
+    outputs = set()
+    for length in range(1, width + 1):
+        for output in itertools.product(range(vocab), repeat=length):
+            if END_ID not in output[:-1] and (length == width or output[-1] == END_ID):
+                outputs.add(output)
+    ranked = sorted((_bigram_log_prob(table, o) / length_penalty(len(o), alpha), o)
+                    for o in outputs)[::-1]
+    np.testing.assert_allclose(scores.numpy()[0], [s for s, _ in ranked[:5]], rtol=1e-5)
+    for row, (_, output) in zip(tokens.numpy()[0], ranked[:5], strict=True):
+        np.testing.assert_array_equal(row[: len(output)], output)
+        assert (row[len(output):] == PAD_ID).all()
+
+
+def test_the_beam_state_has_named_fields_and_the_cache_follows_the_hypotheses():
+    assert BeamState._fields == ("step", "alive", "alive_log_probs", "cache",
+                                 "finished_tokens", "finished_scores", "num_finished", "done")
+    np.testing.assert_array_equal(repeat_beams(tf.constant([5, 6]), 3).numpy(),
+                                  [5, 5, 5, 6, 6, 6])
+    # The callback's cache (calls so far) is gathered with the hypotheses: every
+    # row of it has seen one call per step, whichever parent it came from.
+    seen = []
+
+    def next_logits(tokens, cache, index):
+        seen.append(int(index))
+        tf.debugging.assert_equal(cache, tf.fill(tf.shape(cache), tf.cast(index, tf.int32)))
+        return _table_callback(_bigram_table(2))(tokens, cache, index)
+
+    beam_search(next_logits, tf.zeros([2 * 3], tf.int32), tf.constant([4, 4]), 3, 0.6)
+    assert seen == [0, 1, 2, 3]
+
+
+def test_the_loops_keep_the_static_sizes_of_the_cache_axes_that_do_not_grow():
+    """Only the rows and the axes empty at the start may vary (with every axis
+    unknown, a greedy step took 1.5-1.8x as long: BENCHMARKS.md)."""
+    from transformer.search import _cache_shapes
+
+    model = random_model(seed=0)
+    next_logits, cache = start_decoding(model, tf.constant(random_sources(0, [4, 3])))
+    shapes = _cache_shapes(cache)
+    assert [s.as_list() for s in shapes[0]] == [[None, 4, None, 8]] * 2
+    seen = []
+
+    @tf.function(autograph=False)
+    def run(sources):
+        next_logits, cache = start_decoding(model, sources)
+
+        def spy(tokens, cache, index):
+            seen.append(cache[0][0].shape.as_list())
+            return next_logits(tokens, cache, index)
+
+        return greedy_search(spy, cache, tf.fill([tf.shape(sources)[0]], 3))
+
+    run.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
+    assert seen == [[None, 4, None, 8]]
+
+
+def _flat_callback(logits):
+    """`next_logits` whose logits are `logits` at every step, for every row."""
+    logits = tf.constant(logits, tf.float32)
+
+    def next_logits(tokens, cache, index):
+        return tf.tile(logits[tf.newaxis], [tf.shape(tokens)[0], 1]), cache
+
+    return next_logits
+
+
+def _sample_counts(logits, rows=4000, **settings):
+    limits = tf.ones([rows], tf.int32)  # one token each
+    tokens, _ = sample_search(_flat_callback(logits), tf.zeros([rows]), limits, seed=5,
+                              **settings)
+    return np.bincount(tokens.numpy()[:, 0], minlength=len(logits)) / rows
+
+
+def test_sampling_draws_from_the_tempered_and_cut_distribution():
+    logits = np.array([-30.0, 0.0, -30.0, 0.5, 1.0, 1.5, 2.0, 0.2], np.float32)
+    softmax = np.exp(logits) / np.exp(logits).sum()
+    for temperature in (1.0, 0.5, 2.0):
+        expected = np.exp(logits / temperature) / np.exp(logits / temperature).sum()
+        np.testing.assert_allclose(_sample_counts(logits, temperature=temperature), expected,
+                                   atol=0.03)
+    top3 = np.where(np.isin(np.arange(8), [4, 5, 6]), softmax, 0.0)
+    np.testing.assert_allclose(_sample_counts(logits, top_k=3), top3 / top3.sum(), atol=0.03)
+    # The nucleus of 0.7: tokens 6 (p 0.40) and 5 (0.24) reach 0.64 < 0.7, so 4 joins.
+    order = np.argsort(-softmax)
+    assert softmax[order[:2]].sum() < 0.7 <= softmax[order[:3]].sum()
+    nucleus = np.where(np.isin(np.arange(8), order[:3]), softmax, 0.0)
+    np.testing.assert_allclose(_sample_counts(logits, top_p=0.7), nucleus / nucleus.sum(),
+                               atol=0.03)
+    assert _sample_counts(logits, top_k=1)[6] == 1.0
+    assert _sample_counts(logits, top_p=0.01)[6] == 1.0
+    # Every step draws afresh: two steps of 8 equally likely tokens agree in 1/8 of rows.
+    flat = np.where(np.arange(12) >= 4, 0.0, -30.0).astype(np.float32)
+    tokens, _ = sample_search(_flat_callback(flat), tf.zeros([4000]), tf.fill([4000], 2),
+                              seed=5)
+    tokens = tokens.numpy()
+    assert tokens.shape == (4000, 2) and (tokens >= 4).all()
+    assert abs((tokens[:, 0] == tokens[:, 1]).mean() - 1 / 8) < 0.03
+
+
+def test_sampling_is_seeded_reproducible_and_scored_by_the_model():
+    model = random_model(seed=7, end_bias=0.5)
+    sources = tf.constant(random_sources(7, LENGTHS))
+    first, log_probs = sample_decode(model, sources, 10, seed=3)
+    again, _ = sample_decode(model, sources, 10, seed=3)
+    other, _ = sample_decode(model, sources, 10, seed=4)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+    assert not np.array_equal(first.numpy(), other.numpy())
+    # The score is log P(Y | X) under the model itself, not under the tempered one.
+    tempered, tempered_log_probs = sample_decode(model, sources, 10, seed=3, temperature=0.7,
+                                                 top_p=0.9)
+    for tokens, scores in ((first, log_probs), (tempered, tempered_log_probs)):
+        reference, _ = sequence_log_probs(model, sources, tokens)
+        np.testing.assert_allclose(scores.numpy(), reference, rtol=1e-4, atol=1e-4)
+    # top_k = 1 is greedy decoding, whatever the temperature.
+    greedy = cached_greedy_decode(model, sources, 10).numpy()
+    top1, _ = sample_decode(model, sources, 10, seed=9, top_k=1, temperature=3.0)
+    np.testing.assert_array_equal(top1.numpy(), greedy)
+
+
+def test_sampling_respects_each_rows_limit_and_skips_finished_rows():
+    model = random_model(seed=8, end_bias=-20.0)  # never ends by itself
+    sources = tf.constant(random_sources(8, LENGTHS))
+    limits = tf.constant([3, 1, 5, 2, 4])
+    finished = tf.constant([False, False, False, True, False])
+    tokens, log_probs = sample_decode(model, sources, 6, seed=1, row_limits=limits,
+                                      initial_finished=finished)
+    lengths = (tokens.numpy() != PAD_ID).sum(axis=1)
+    np.testing.assert_array_equal(lengths, [3, 1, 5, 0, 4])
+    assert log_probs.numpy()[3] == 0.0
+
+
+def test_decode_gives_one_layout_for_every_strategy():
+    model = random_model(seed=1, end_bias=1.5)
+    sources = tf.constant(random_sources(1, LENGTHS))
+    limits = tf.fill([len(LENGTHS)], 12)
+    flags = tf.zeros([len(LENGTHS)], tf.bool)
+    greedy, greedy_scores = decode(model, sources, limits, flags, "greedy")
+    beam, beam_scores = decode(model, sources, limits, flags, "beam", 4, 0.6, 3)
+    sample, _ = decode(model, sources, limits, flags, "sample", 2, 1.0, 1, 1.0)
+    assert greedy.shape[:2] == (5, 1) and beam.shape == (5, 3, 12) and sample.shape[1] == 1
+    np.testing.assert_array_equal(sample.numpy(), greedy.numpy())  # top_k = 1
+    assert (np.diff(beam_scores.numpy(), axis=1) <= 0).all()  # best first
+    best, best_score = beam_search_decode(model, sources, 12, 4, 0.6)
+    np.testing.assert_array_equal(beam.numpy()[:, 0], best.numpy())
+    np.testing.assert_allclose(beam_scores.numpy()[:, 0], best_score.numpy())
+    with pytest.raises(ValueError, match="unknown search"):
+        decode(model, sources, limits, flags, "nucleus")
+    compiled = compile_decode(model, "beam")
+    tokens, _ = compiled(sources, limits, flags, tf.constant(4), tf.constant(0.6),
+                         tf.constant(2))
+    np.testing.assert_array_equal(tokens.numpy(), beam.numpy()[:, :2])
+    assert greedy_scores.shape == (5, 1)
+
+
+def test_start_decoding_repeats_the_memory_for_every_beam():
+    model = random_model(seed=4)
+    sources = tf.constant(random_sources(4, [5, 3]))
+    next_logits, cache = start_decoding(model, sources, beam_size=3)
+    start = tf.fill([6, 1], tf.constant(START_ID, tf.int64))
+    logits, cache = next_logits(start, cache, 0)
+    assert logits.shape == (6, TARGET_VOCAB) and cache[0][0].shape[:3] == (6, 4, 1)
+    np.testing.assert_allclose(logits.numpy()[:3], np.repeat(logits.numpy()[:1], 3, axis=0),
+                               atol=1e-6)
+
+
+# --- where the model's parts are used ---------------------------------------------
+
+_MODEL_PARTS = {"encoder", "decoder", "final_layer", "enc_layers", "dec_layers"}
+_MODEL_MODULES = {"model.py", "layers.py", "attention.py"}
+
+
+def _attribute_uses(path, names):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [f"{path.name}:{node.lineno} .{node.attr}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in names]
+
+
+def test_nothing_outside_the_model_touches_its_encoder_decoder_or_final_layer():
+    uses = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in _MODEL_MODULES:
+            uses += _attribute_uses(path, _MODEL_PARTS)
+    assert not uses
+
+
+def test_the_search_strategies_know_nothing_of_the_model():
+    path = PACKAGE / "search.py"
+    imported = {node.module for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                if isinstance(node, ast.ImportFrom)}
+    assert imported <= {"__future__", "typing", "transformer.constants"}, imported
+    assert not _attribute_uses(path, _MODEL_PARTS | {"decode_step", "encode", "initial_cache"})

@@ -18,8 +18,7 @@ from transformer.constants import END_ID, PAD_ID, START_ID, TRANSLATE_FIRST_PASS
 from transformer.decoding import (
     beam_search_decode,
     cached_greedy_decode,
-    compile_beam_search,
-    compile_greedy_decode,
+    compile_decode,
     length_penalty,
     naive_greedy_decode,
     output_limits,
@@ -91,9 +90,10 @@ def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed):
 def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
     model = random_model(1, end_bias=1.5)  # ends after 4, 1, 7, 1 and 3 tokens
     sources = random_sources(1, LENGTHS)
-    greedy = compile_greedy_decode(model)
+    greedy = compile_decode(model, "greedy")
     flags = tf.zeros([len(LENGTHS)], tf.bool)
-    out = greedy(tf.constant(sources), tf.constant(30), tf.constant(False), flags).numpy()
+    tokens, _ = greedy(tf.constant(sources), tf.fill([len(LENGTHS)], 30), flags)
+    out = tokens.numpy()[:, 0]
     naive = naive_greedy_decode(model, sources, 30).numpy()
     np.testing.assert_array_equal(out, naive)
     ends = _first_end_lengths(out)
@@ -123,15 +123,12 @@ def test_finished_sentences_do_not_affect_the_others():
     np.testing.assert_array_equal(out, naive)
 
 
-def test_force_length_ignores_end():
-    model = random_model(0, end_bias=3.0)  # [END] first almost always
+def test_a_model_that_never_ends_decodes_to_the_limit_as_the_naive_loop():
+    model = random_model(0, end_bias=-1e4)  # [END] never wins
     sources = random_sources(0, LENGTHS)
-    assert cached_greedy_decode(model, sources, 6).numpy().shape[1] < 6
-    forced = cached_greedy_decode(model, sources, 6, force_length=True).numpy()
-    assert forced.shape == (len(LENGTHS), 6)
-    np.testing.assert_array_equal(
-        forced, naive_greedy_decode(model, sources, 6, force_length=True).numpy()
-    )
+    cached = cached_greedy_decode(model, sources, 6).numpy()
+    assert cached.shape == (len(LENGTHS), 6)
+    np.testing.assert_array_equal(cached, naive_greedy_decode(model, sources, 6).numpy())
 
 
 def test_cached_greedy_equals_naive_loop_on_a_trained_model(translator, test_pairs):
@@ -146,19 +143,22 @@ def test_cached_greedy_equals_naive_loop_on_a_trained_model(translator, test_pai
     assert sum(end is not None for end in ends) >= 9 and len(set(ends)) >= 3, ends
 
 
-def test_one_trace_for_every_batch_size_and_length():
+def test_one_trace_for_every_batch_size_length_and_setting():
     model = random_model(0, end_bias=1.5)
-    greedy = compile_greedy_decode(model)
-    beam = compile_beam_search(model)
+    greedy, beam, sample = (compile_decode(model, name) for name in ("greedy", "beam", "sample"))
     for batch, length, max_length in [(1, 4, 5), (3, 9, 17), (5, 2, 1), (2, 30, 40)]:
         sources = tf.constant(random_sources(batch, [length] * batch))
         flags = tf.zeros([batch], tf.bool)
-        greedy(sources, tf.constant(max_length), tf.constant(False), flags)
+        limits = tf.fill([batch], max_length)
+        greedy(sources, limits, flags)
         for beam_size in (1, 3):
-            beam(sources, tf.constant(max_length), tf.constant(beam_size), tf.constant(0.6),
-                 flags)
-    assert greedy.experimental_get_tracing_count() == 1
-    assert beam.experimental_get_tracing_count() == 1
+            beam(sources, limits, flags, tf.constant(beam_size), tf.constant(0.6),
+                 tf.constant(1))
+        for top_k, top_p in ((0, 1.0), (3, 0.5)):
+            sample(sources, limits, flags, tf.constant(7, tf.int64), tf.constant(0.8),
+                   tf.constant(top_k), tf.constant(top_p))
+    for compiled in (greedy, beam, sample):
+        assert compiled.experimental_get_tracing_count() == 1
 
 
 # --- beam search -----------------------------------------------------------------
@@ -297,13 +297,15 @@ def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test
     greedy = cached_greedy_decode(model, encoder_tokens, max_length).numpy()
     log_probs, lengths = sequence_log_probs(model, encoder_tokens, greedy)
     assert len(set(lengths)) >= 3  # sentences end at different steps
-    compiled = compile_beam_search(model)
+    compiled = compile_decode(model, "beam")
     no_flags = tf.zeros([len(sentences)], tf.bool)
+    limits = tf.fill([len(sentences)], max_length)
     outputs = [(0.0, beam_search_decode(model, encoder_tokens, max_length, beam_size=1,
                                         alpha=0.0))]
     for alpha in (0.0, 0.6):
-        outputs.append((alpha, compiled(encoder_tokens, tf.constant(max_length), tf.constant(1),
-                                        tf.constant(alpha), no_flags)))
+        tokens, scores = compiled(encoder_tokens, limits, no_flags, tf.constant(1),
+                                  tf.constant(alpha), tf.constant(1))
+        outputs.append((alpha, (tokens[:, 0], scores[:, 0])))
     for alpha, (tokens, scores) in outputs:
         tokens = tokens.numpy()
         assert tokens.shape == (len(sentences), max_length)
@@ -524,7 +526,12 @@ RELOAD_SCRIPT = textwrap.dedent("""
         one = translator(tf.constant(sentences[0])).numpy().decode()
         beam = translator.translate(tf.constant(sentences), tf.constant(30), tf.constant(4),
                                     tf.constant(0.6)).numpy()
-        results.append({"batch": batch, "one": one, "beam": [t.decode() for t in beam]})
+        def sample(seed, top_k):
+            return [t.decode() for t in translator.sample(
+                tf.constant(sentences), tf.constant(30), tf.constant(seed, tf.int64),
+                tf.constant(1.5), tf.constant(top_k), tf.constant(0.9)).numpy()]
+        results.append({"batch": batch, "one": one, "beam": [t.decode() for t in beam],
+                        "top1": sample(5, 1), "seeded": sample(5, 0) == sample(5, 0)})
     imported = any(m.split(".")[0] == "transformer" for m in sys.modules)
     print(json.dumps({"results": results, "imported_transformer": imported}))
 """)
@@ -553,6 +560,8 @@ def test_export_reloads_in_a_fresh_process_with_the_same_translations(
         "batch": [r.text for r in translator(sentences)],
         "one": translator(sentences[0]).text,
         "beam": [r.text for r in translator(sentences, max_length=30, beam_size=4, alpha=0.6)],
+        "top1": [r.text for r in translator(sentences, max_length=30)],
+        "seeded": True,
     }
     assert expected["batch"][5] == ""
     for result in reloaded["results"]:
@@ -596,8 +605,8 @@ def test_cached_decoding_runs_under_mixed_precision():
                         target_vocab_size=50, max_length=32, dtype="mixed_bfloat16")
     model.build(((None, None), (None, None)))
     sources = random_sources(0, [5, 3])
-    tokens = cached_greedy_decode(model, sources, 6, force_length=True)
-    assert tokens.dtype == tf.int64 and tokens.shape == (2, 6)
+    tokens = cached_greedy_decode(model, sources, 6)
+    assert tokens.dtype == tf.int64 and tokens.shape[0] == 2 and tokens.shape[1] <= 6
     beam, scores = beam_search_decode(model, sources, 6, beam_size=2, alpha=0.6)
     assert beam.shape == (2, 6) and np.isfinite(scores.numpy()).all()
 
@@ -637,7 +646,25 @@ def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, t
     model.final_layer.bias.assign(bias)
     untrained = Translator(translator.tokenizers, model)
     sentences = [source for source, _ in test_pairs[:12]]
+    calls = []  # (sentences, extra_length) of every batch the greedy pipeline decodes
+    pipeline = untrained._pipelines["greedy"]
+
+    def spy(batch, max_length, extra_length, *settings):
+        calls.append(([s.decode() for s in batch.numpy()], int(extra_length)))
+        return pipeline(batch, max_length, extra_length, *settings)
+
+    untrained._pipelines["greedy"] = spy
     results = untrained(sentences, batch_size=4)
+    # Two passes: every sentence first, to input length + TRANSLATE_FIRST_PASS_EXTRA,
+    # then only those cut there without [END], to their full limit.
+    first = [c for c in calls if c[1] == TRANSLATE_FIRST_PASS_EXTRA]
+    second = [c for c in calls if c[1] == untrained.extra_length]
+    assert calls == first + second and len(first) == 3
+    assert sorted(s for batch, _ in first for s in batch) == sorted(sentences)
+    again = [s for batch, _ in second for s in batch]
+    cut = [sentence for sentence, result in zip(sentences, results, strict=True)
+           if len(result.token_ids) > len(result.input_tokens) - 2 + TRANSLATE_FIRST_PASS_EXTRA]
+    assert 0 < len(again) < len(sentences) and set(cut) <= set(again)
     lengths = []
     for sentence, result in zip(sentences, results, strict=True):
         encoder_tokens, _ = untrained.encode([sentence])
@@ -649,3 +676,68 @@ def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, t
         lengths.append((n, len(result.input_tokens) - 2))
     assert any(n > s + TRANSLATE_FIRST_PASS_EXTRA for n, s in lengths)  # a second pass ran
     assert any(n <= s + TRANSLATE_FIRST_PASS_EXTRA for n, s in lengths)  # the first pass kept
+
+
+# --- n-best lists and sampling ------------------------------------------------------
+
+
+def test_n_best_lists_are_sorted_scored_and_start_with_the_beam_answer(translator,
+                                                                       test_pairs):
+    sentences = [source for source, _ in test_pairs[:6]] + [""]
+    lists = translator(sentences, n_best=3)  # a beam of 4 (the paper's), the best 3
+    beam = translator(sentences, beam_size=4)
+    encoder_tokens, _ = translator.encode(sentences[:6])
+    for row, (hypotheses, best) in enumerate(zip(lists[:6], beam, strict=False)):
+        assert len(hypotheses) == 3 and all(isinstance(h, Translation) for h in hypotheses)
+        assert (hypotheses[0].text, list(hypotheses[0].token_ids)) == (
+            best.text, list(best.token_ids))
+        scores = [h.score for h in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.token_ids) for h in hypotheses}) == 3
+        for h in hypotheses:  # each scored as the model scores it
+            log_prob, _ = sequence_log_probs(translator.transformer, encoder_tokens[row:row + 1],
+                                             h.token_ids[np.newaxis])
+            assert h.log_prob == pytest.approx(log_prob[0], abs=1e-4)
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.token_ids), 0.6))
+    assert [h.text for h in lists[6]] == ["", "", ""]
+    # The translator's own default, and one sentence: a list of n.
+    two_best = Translator(translator.tokenizers, translator.transformer, n_best=2)
+    assert [h.text for h in two_best(sentences[0])] == [h.text for h in lists[0][:2]]
+    assert translator.tracing_count("beam") == 1
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:20]]
+    greedy = translator(sentences)
+    top1 = translator(sentences, top_k=1, seed=4, temperature=2.0)
+    assert [r.text for r in top1] == [r.text for r in greedy]
+    assert [r.log_prob for r in top1] == pytest.approx([r.log_prob for r in greedy], abs=1e-4)
+    first = translator(sentences, temperature=1.5, seed=1)
+    assert [r.text for r in translator(sentences, temperature=1.5, seed=1)] == [
+        r.text for r in first]
+    assert [r.text for r in translator(sentences, temperature=1.5, seed=2)] != [
+        r.text for r in first]
+    encoder_tokens, _ = translator.encode(sentences)
+    for row, result in enumerate(first[:5]):
+        log_prob, _ = sequence_log_probs(translator.transformer, encoder_tokens[row:row + 1],
+                                         result.token_ids[np.newaxis])
+        assert result.log_prob == pytest.approx(log_prob[0], abs=1e-4)
+    assert translator.tracing_count("sample") == 1
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"top_p": 1.5}, "top_p"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_k": 0}, "top_k"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"temperature": float("inf")}, "temperature"),
+    ({"seed": -1}, "seed"),
+    ({"n_best": 3, "beam_size": 2}, "beam_size >= n_best"),
+    ({"top_k": 5, "beam_size": 4}, "sampling"),
+    ({"seed": 1, "n_best": 2}, "sampling"),
+])
+def test_bad_search_settings_are_clear_errors(translator, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        translator("o gato", **kwargs)
+    with pytest.raises(ValueError, match=match):
+        Translator(translator.tokenizers, translator.transformer, **kwargs)

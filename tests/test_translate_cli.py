@@ -1,11 +1,15 @@
-"""translate.py run as a user runs it: a subprocess, arguments or stdin, plots, errors."""
+"""translate.py run as a user runs it: arguments or stdin, plots, scores, n-best lists,
+sampling, errors. A few tests run it as a subprocess (clean start-up, standard
+input, the exit status); the others call `main([...])` in this process."""
 
+import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from transformer.cli.translate import main
 from transformer.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +33,31 @@ def sentences(tiny_run):
 @pytest.fixture(scope="module")
 def translator(run_dir):
     return Translator.from_run(run_dir)
+
+
+@pytest.fixture()
+def cli(run_dir, translator, monkeypatch, capsys):
+    """`cli(*args, stdin=None)` runs `main` in this process and returns
+    `(status, stdout lines, stderr lines)`; the tiny run loads once (its
+    compiled pipelines are reused), any other run directory as usual."""
+    load = Translator.from_run.__func__
+
+    def from_run(cls, path, **kwargs):
+        return translator if Path(path) == run_dir and not kwargs else load(cls, path, **kwargs)
+
+    monkeypatch.setattr(Translator, "from_run", classmethod(from_run))
+
+    def run(*args, stdin=None):
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        try:
+            status = main([str(a) for a in args])
+        except SystemExit as exit_:
+            status = exit_.code
+        out, err = capsys.readouterr()
+        return status, out.splitlines(), err.splitlines()
+
+    return run
 
 
 def _run(args, cwd, stdin=None):
@@ -85,29 +114,38 @@ def test_stdin_lines_beam_search_and_one_plot_per_sentence(run_dir, sentences, t
     assert "decoder_layer1_block2" in done.stderr
 
 
-def test_one_sentence_plot_of_a_named_block(run_dir, sentences, translator, tmp_path):
+def test_one_sentence_plot_of_a_named_block(run_dir, sentences, translator, tmp_path, cli):
     out = tmp_path / "plots" / "self.png"
-    done = _run(["--run", run_dir, sentences[2], "--plot", out,
-                 "--layer", "decoder_layer1_block1"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == translator(sentences[2]).text
+    status, stdout, stderr = cli("--run", run_dir, sentences[2], "--plot", out,
+                                 "--layer", "decoder_layer1_block1")
+    assert status == 0, stderr
+    assert stdout == [translator(sentences[2]).text]
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
-def test_missing_run_directory_is_a_one_line_error(tmp_path):
-    done = _run(["--run", tmp_path / "nope", "o gato"], tmp_path)
-    _assert_one_line_error(done, "nope", "does not exist")
+def _assert_one_line_error_in_process(result, *needles, status=1):
+    code, stdout, stderr = result
+    assert code == status and stdout == []
+    assert len(stderr) == 1, stderr
+    assert stderr[0].startswith("translate.py: error:")
+    for needle in needles:
+        assert needle in stderr[0]
 
 
-def test_incomplete_run_directory_names_what_is_missing(run_dir, tmp_path):
+def test_missing_run_directory_is_a_one_line_error(tmp_path, cli):
+    _assert_one_line_error_in_process(cli("--run", tmp_path / "nope", "o gato"),
+                                      "nope", "does not exist")
+
+
+def test_incomplete_run_directory_names_what_is_missing(run_dir, tmp_path, cli):
     (tmp_path / "config.json").write_text((run_dir / "config.json").read_text())
-    done = _run(["--run", tmp_path, "o gato"], tmp_path)
-    _assert_one_line_error(done, "tokenizers", "model.keras")
+    _assert_one_line_error_in_process(cli("--run", tmp_path, "o gato"),
+                                      "tokenizers", "model.keras")
 
 
-def test_bad_layer_is_a_one_line_error(run_dir, tmp_path):
-    done = _run(["--run", run_dir, "o gato", "--plot", "a.png", "--layer", "9"], tmp_path)
-    _assert_one_line_error(done, "--layer 9")
+def test_bad_layer_is_a_one_line_error(run_dir, cli):
+    _assert_one_line_error_in_process(cli("--run", run_dir, "o gato", "--plot", "a.png",
+                                          "--layer", "9"), "--layer 9")
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -115,37 +153,51 @@ def test_bad_layer_is_a_one_line_error(run_dir, tmp_path):
     (["--alpha", "-1"], "--alpha"),
     (["--max-length", "x"], "--max-length"),
     (["--layer", "1"], "--plot"),
+    (["--top-p", "1.5"], "--top-p"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-k", "0"], "--top-k"),
+    (["--temperature", "0"], "--temperature"),
+    (["--temperature", "nan"], "--temperature"),
+    (["--seed", "-1"], "--seed"),
+    (["--n-best", "0"], "--n-best"),
+    (["--n-best", "3", "--beam", "2"], "--beam >= --n-best"),
+    (["--top-k", "5", "--beam", "4"], "--beam 4 with sampling"),
+    (["--seed", "1", "--n-best", "2"], "sampling"),
 ])
-def test_bad_options_are_usage_errors(args, needle, tmp_path):
-    done = _run(["--run", "runs/x", "o gato", *args], tmp_path)
-    assert done.returncode == 2
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith("translate.py: error:")
-    assert needle in done.stderr
+def test_bad_options_are_usage_errors(args, needle, cli):
+    _assert_one_line_error_in_process(cli("--run", "runs/x", "o gato", *args), needle,
+                                      status=2)
 
 
-def test_stdin_lines_that_are_not_utf8_are_named_and_nothing_is_translated(run_dir, tmp_path):
+def test_usage_errors_and_help_do_not_import_tensorflow(tmp_path):
+    code = ("import sys\n"
+            "from transformer.cli.translate import main\n"
+            "for argv in (['--help'], ['--run', 'x', 'o', '--top-p', '2']):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except SystemExit as exit_:\n"
+            "        print('status', exit_.code)\n"
+            "print('tensorflow imported:', 'tensorflow' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "not valid UTF-8" in done.stdout and "nothing is translated" in done.stdout
+    assert "lp(Y) = ((5 + |Y|) / 6) ** alpha" in " ".join(done.stdout.split())
+    assert done.stdout.splitlines()[-3:] == ["status 0", "status 2",
+                                             "tensorflow imported: False"]
+    assert "--top-p: expected a number in (0, 1]" in done.stderr
+
+
+def test_stdin_lines_that_are_not_utf8_are_named_and_nothing_is_translated(run_dir, cli):
     # Stop before any work: translations are one line per input line, so skipping
     # a bad line would shift every later translation.
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--run", str(run_dir)],
-        input=b"o gato preto come o bolo\no gato \xff preto\no gato\n\xfe\n",
-        capture_output=True, timeout=300, cwd=tmp_path,
-    )
-    assert done.returncode == 1
-    assert done.stdout == b""
-    stderr = done.stderr.decode()
-    assert "Traceback" not in stderr
-    assert stderr.splitlines() == [
+    status, stdout, stderr = cli(
+        "--run", run_dir, stdin=b"o gato preto come o bolo\no gato \xff preto\no gato\n\xfe\n")
+    assert status == 1 and stdout == []
+    assert stderr == [
         "translate.py: error: <stdin>:2: not valid UTF-8 (byte 0xff at column 8)",
         "translate.py: error: <stdin>:4: not valid UTF-8 (byte 0xfe at column 1)",
     ]
-
-
-def test_help_says_what_happens_to_bad_bytes(tmp_path):
-    done = _run(["--help"], tmp_path)
-    assert done.returncode == 0
-    assert "not valid UTF-8" in done.stdout and "nothing is translated" in done.stdout
 
 
 def test_html_writes_one_self_contained_explorer_per_sentence(run_dir, sentences, translator,
@@ -162,3 +214,67 @@ def test_html_writes_one_self_contained_explorer_per_sentence(run_dir, sentences
     assert "attention explorer" in done.stderr
     done = _run(["--run", run_dir, "o gato", "--html", "explorer.png"], tmp_path)
     _assert_one_line_error(done, "--html explorer.png", ".html")
+
+
+def test_a_byte_order_mark_on_stdin_is_not_translated(run_dir, sentences, translator, cli,
+                                                      monkeypatch):
+    given = []  # what the translator is asked (some tokenizers would drop the mark anyway)
+    call = Translator.__call__
+
+    def spy(self, sentence_or_list, *args, **kwargs):
+        given.append(list(sentence_or_list))
+        return call(self, sentence_or_list, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "__call__", spy)
+    stdin = ("\ufeff" + sentences[0] + "\n" + sentences[1] + "\n").encode("utf-8")
+    status, stdout, _ = cli("--run", run_dir, "--show-tokens", stdin=stdin)
+    assert given == [sentences[:2]]
+    assert status == 0
+    expected = translator(sentences[:2])
+    assert stdout[0] == expected[0].text and stdout[3] == expected[1].text
+    assert stdout[1] == "  source tokens: " + " ".join(expected[0].input_tokens)
+
+
+def test_scores_follow_a_tab_and_are_the_searchs_own(run_dir, sentences, translator, cli):
+    for extra, kwargs in (([], {}), (["--beam", "3"], {"beam_size": 3})):
+        status, stdout, _ = cli("--run", run_dir, *sentences, "--scores", *extra)
+        assert status == 0
+        expected = translator(sentences, **kwargs)
+        assert stdout == [f"{r.text}\t{r.score:.4f}" for r in expected]
+    greedy = translator(sentences[0])
+    assert greedy.score == pytest.approx(greedy.log_prob)  # greedy: the plain log P
+
+
+def test_n_best_lines_are_sorted_and_the_first_is_beam_fours_answer(run_dir, sentences,
+                                                                     translator, cli):
+    status, stdout, _ = cli("--run", run_dir, *sentences, "--n-best", "3")
+    assert status == 0 and len(stdout) == 3 * len(sentences)
+    beam = translator(sentences, beam_size=4)
+    for i, best in enumerate(beam):
+        lines = [line.split("\t") for line in stdout[3 * i : 3 * i + 3]]
+        assert all(len(parts) == 2 for parts in lines)
+        scores = [float(score) for _, score in lines]
+        assert scores == sorted(scores, reverse=True)
+        assert lines[0][0] == best.text and scores[0] == pytest.approx(best.score, abs=1e-4)
+        assert len({text for text, _ in lines}) >= 2  # different hypotheses
+
+
+def test_sampling_is_reproducible_by_seed_and_top_k_one_is_greedy(run_dir, test_sources,
+                                                                    translator, cli):
+    def sample(*args):
+        status, stdout, _ = cli("--run", run_dir, *test_sources, *args)
+        assert status == 0 and len(stdout) == len(test_sources)
+        return stdout
+
+    assert sample("--top-k", "1") == [r.text for r in translator(test_sources)]
+    first = sample("--temperature", "1.5", "--seed", "1")
+    assert sample("--temperature", "1.5", "--seed", "1") == first
+    assert sample("--temperature", "1.5", "--seed", "2") != first
+    assert sample("--top-p", "0.9", "--seed", "3") == sample("--top-p", "0.9", "--seed", "3")
+
+
+@pytest.fixture(scope="module")
+def test_sources(tiny_run):
+    from transformer.data import read_tsv
+
+    return [source for source, _ in read_tsv(tiny_run.config.test)[:20]]

@@ -49,6 +49,8 @@ _EXPORTS = {
     "masked_loss": "training",
     "masked_accuracy": "training",
     "Translator": "translate",
+    "Translation": "translate",
+    "SearchOptions": "translate",
     "export_translator": "translate",
 }
 

@@ -243,10 +243,6 @@ class MultiHeadAttention(keras.layers.Layer):
         empty = tf.zeros([batch_size, self.num_heads, 0, self.depth], dtype=self.compute_dtype)
         return empty, empty
 
-    def cache_shape(self):
-        """The `tf.TensorShape` of each half of a cache, for `tf.while_loop` invariants."""
-        return tf.TensorShape([None, self.num_heads, None, self.depth])
-
     def compute_output_shape(self, q_shape, k_shape=None, v_shape=None):
         k_shape = q_shape if k_shape is None else k_shape
         out = (*tuple(q_shape)[:-1], self.d_model)

@@ -32,6 +32,14 @@ DEFAULT_MAX_OUTPUT_LENGTH = 128
 # CPU's matrix kernels busy (BENCHMARKS.md, "Translating a test set").
 TRANSLATE_BATCH_SIZE = 128
 
+# The paper's beam search (section 6.1): "beam search with a beam size of 4
+# and length penalty alpha = 0.6", used when a beam is asked for.
+DEFAULT_BEAM_SIZE = 4
+DEFAULT_ALPHA = 0.6
+
+# Section 6.1: "maximum output length during inference to input length + 50".
+DEFAULT_EXTRA_LENGTH = 50
+
 # Greedy translation of a list runs in two passes. The first stops each
 # sentence at its input length + this many tokens; the few that get there
 # without `[END]` (mostly outputs that repeat themselves) are decoded again,

@@ -236,8 +236,3 @@ class DecoderLayer(_LayerBase):
             "self": self.causal_self_attention.mha.empty_cache(batch_size),
             "cross": self.cross_attention.mha.project_keys_values(context, context),
         }
-
-    def cache_shape(self):
-        """`tf.TensorShape`s of the cache's tensors, for `tf.while_loop` invariants."""
-        shape = self.causal_self_attention.mha.cache_shape()
-        return {"self": (shape, shape), "cross": (shape, shape)}

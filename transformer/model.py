@@ -253,10 +253,6 @@ class Decoder(_Stack):
         """Every layer's cache before the first token (see `DecoderLayer.initial_cache`)."""
         return [layer.initial_cache(context) for layer in self.dec_layers]
 
-    def cache_shape(self):
-        """The caches' `tf.TensorShape`s, for `tf.while_loop` shape invariants."""
-        return [layer.cache_shape() for layer in self.dec_layers]
-
     def compute_output_shape(self, x_shape, *args, **kwargs):
         return (*tuple(x_shape), self.d_model)
 
@@ -415,6 +411,72 @@ class Transformer(keras.Model):
         if return_attention_weights:
             return logits, {**enc_weights, **dec_weights}
         return logits
+
+    # --- The two halves that decoding needs (section 3: "the encoder maps an
+    # input sequence ... Given z, the decoder then generates an output
+    # sequence ... one element at a time"). Decoding calls only these three.
+
+    def encode(self, source_tokens, training=False):
+        """The encoder half: the source's representation and its padding mask.
+
+        Args:
+            source_tokens: int source tokens `(batch, input_len)`, 0 = padding.
+            training: whether dropout is active.
+
+        Returns:
+            `(context, padding_mask)`: the encoder output `(batch, input_len,
+            d_model)` and `(batch, 1, 1, input_len)`, 1 at padding (not allowed).
+        """
+        padding_mask = create_padding_mask(source_tokens)  # (batch, 1, 1, input_len)
+        context, _ = self.encoder(source_tokens, padding_mask=padding_mask, training=training)
+        return context, padding_mask  # (batch, input_len, d_model)
+
+    def initial_cache(self, context, padding_mask):
+        """What incremental decoding starts from, in two parts.
+
+        Args:
+            context, padding_mask: from `encode`.
+
+        Returns:
+            `(cache, memory)`. `cache` grows by one position per step: one
+            `(k_heads, v_heads)` pair per decoder layer, the masked
+            self-attention's keys and values, each `(batch, num_heads, 0,
+            depth)` before the first token. `memory` stays the same for a
+            sentence: `{"cross": [(k_heads, v_heads), ...], "padding_mask":
+            padding_mask}`, the encoder output projected once per layer for
+            encoder-decoder attention, each `(batch, num_heads, input_len,
+            depth)`. A beam search reorders the rows of `cache` and never
+            those of `memory`.
+        """
+        layers = self.decoder.initial_cache(context)
+        cache = [layer["self"] for layer in layers]
+        memory = {"cross": [layer["cross"] for layer in layers], "padding_mask": padding_mask}
+        return cache, memory
+
+    def decode_step(self, tokens, cache, memory, training=False):
+        """The decoder half, one position: the next token's logits and the grown cache.
+
+        Computes what `self((source, tokens))[:, -1]` computes, for the newest
+        position only: `Decoder.call` with a cache embeds the last token at its
+        position and runs it through every layer, whose attention layers read
+        (and extend) the cached keys and values.
+
+        Args:
+            tokens: int64 `(batch, t + 1)`, every token so far, `[START]` first.
+            cache, memory: from `initial_cache`, or `cache` from the previous step.
+            training: whether dropout is active.
+
+        Returns:
+            `(logits, cache)`: float32 `(batch, target_vocab_size)` for token
+            `t + 1`, and the cache grown by one position.
+        """
+        layers = [{"self": own, "cross": cross} for own, cross in
+                  zip(cache, memory["cross"], strict=True)]
+        x, _, layers = self.decoder(
+            tokens, None, padding_mask=memory["padding_mask"], training=training, cache=layers
+        )  # (batch, d_model)
+        logits = self.final_layer(x)  # (batch, target_vocab_size)
+        return tf.cast(logits, tf.float32), [layer["self"] for layer in layers]
 
     def get_config(self):
         config = super().get_config()

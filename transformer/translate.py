@@ -1,27 +1,27 @@
-"""Translating text with a trained Transformer: `Translator` and export.
+"""Translating text with a trained Transformer: `Translator` and `Translation`.
 
-- `Translator` maps text to text with the tokenizers and the decoding loops
-  of `transformer.decoding` (cached greedy decoding, or beam search), and
-  hands back the tokens, the score and, when asked for, every attention
-  weight of the final output.
-- `export_translator` writes a SavedModel that maps strings to strings with the
-  tokenizers inside; it reloads with only `tensorflow` and `tensorflow_text`.
+`Translator` maps text to text with the translation pipeline of
+`transformer.pipeline` (tokenize, encode, search, cut at `[END]`,
+detokenize), compiled once per search strategy: greedy decoding, beam search
+with the `n_best` best hypotheses, or sampling (temperature, top-k, top-p,
+seeded). It hands back the text, the tokens, the score and, when asked for,
+every attention weight of the final output. `export_translator` (from
+`transformer.export`) writes the same pipeline as a SavedModel.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
-import numbers
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-import transformer.model  # noqa: F401 - registers the Keras classes that model.keras names
-from transformer import rundir
 from transformer._validation import check_int_at_least
 from transformer.constants import (
     DEFAULT_MAX_OUTPUT_LENGTH,
@@ -31,48 +31,57 @@ from transformer.constants import (
     TRANSLATE_BATCH_SIZE,
     TRANSLATE_FIRST_PASS_EXTRA,
 )
-from transformer.data.tokenizers import load_tokenizers
 from transformer.decoding import (
-    DEFAULT_ALPHA,
     DEFAULT_EXTRA_LENGTH,
+    SEARCH_SETTINGS,
     TOKENS_SPEC,
-    beam_search_decode,
-    cached_greedy_decode,
-    compile_beam_search,
-    compile_greedy_decode,
-    length_penalty,
-    output_lengths,
     output_limits,
     teacher_forced_pass,
 )
+from transformer.export import export_translator
+from transformer.pipeline import (
+    compile_pipeline,
+    default_max_length,
+    load_run,
+    tokenize_and_trim,
+)
+from transformer.search import length_penalty
+from transformer.search_options import SearchOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Translation", "Translator", "export_translator"]
+__all__ = ["SearchOptions", "Translation", "Translator", "export_translator"]
 
 
-def _tokenize_and_trim(tokenizer, sentences, max_input_length):
-    """Tokenizes a batch of strings, trimming rows longer than `max_input_length`.
+class _LazyAttention(Mapping):
+    """A sentence's attention weights, computed on first access (see `_BatchAttention`)."""
 
-    A trimmed row keeps its first `max_input_length - 1` tokens and its
-    `[END]`. Works eagerly and in graphs.
+    def __init__(self, compute):
+        self._compute = compute
+        self._weights = None
 
-    Returns:
-        `(encoder_tokens, raw_lengths, empty)`: int64 `(batch, input_len)` padded
-        with 0, int64 `(batch,)` untrimmed lengths, and bool `(batch,)`, True for
-        a sentence with no tokens between `[START]` and `[END]`.
-    """
-    ragged = tokenizer.tokenize(sentences)  # (batch, None): [START] ... [END]
-    ragged = tf.cast(ragged, tf.int64)
-    raw_lengths = ragged.row_lengths()  # (batch,)
-    head = ragged[:, :-1][:, : max_input_length - 1]  # [START] and at most max - 2 tokens
-    trimmed = tf.concat([head, ragged[:, -1:]], axis=1)  # ... and the final [END]
-    encoder_tokens = trimmed.to_tensor(default_value=PAD_ID)  # (batch, input_len)
-    return encoder_tokens, raw_lengths, raw_lengths <= 2
+    def _get(self):
+        if self._weights is None:
+            self._weights = self._compute()
+        return self._weights
+
+    def __getitem__(self, name):
+        return self._get()[name]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self):
+        return len(self._get())
+
+    def __repr__(self):
+        return "<attention weights, computed on first access>" if self._weights is None \
+            else repr(self._weights)
 
 
+@dataclasses.dataclass
 class Translation:
-    """One translated sentence.
+    """One translated sentence (or one of its n-best hypotheses).
 
     Unpacks like the tutorial's result:
     `text, tokens, attention_weights = translator(sentence)`.
@@ -81,7 +90,14 @@ class Translation:
         text: the translation (`""` for an empty sentence).
         tokens: the output's subword tokens: `[START]`, the generated tokens, and
             `[END]` when it was produced (empty for an empty sentence).
-        attention_weights: for the final output, a dict with every layer's
+        input_tokens: the source's subword tokens, `[START]` ... `[END]`, as fed
+            to the model (after trimming).
+        token_ids: int64 numpy array of the output ids (without `[START]`).
+        score: what the search ranks by, `log P(Y | X) / lp(Y)` with the
+            call's `alpha` (0 for greedy decoding and sampling unless given,
+            i.e. the plain log-probability); `-inf` for an empty sentence.
+        log_prob: `log P(Y | X)` under the model, as the decoding loop summed it.
+        attention_weights: for the final output, a mapping with every layer's
             `encoder_layer{i}` `(heads, input_len, input_len)`,
             `decoder_layer{i}_block1` (masked self-attention,
             `(heads, output_len, output_len)`) and `decoder_layer{i}_block2`
@@ -90,42 +106,21 @@ class Translation:
             `output_len = len(tokens) - 1`; row `i` is the prediction of
             `tokens[i + 1]`. Empty for an empty sentence, or when the call
             asked for none. Computed on first access (one teacher-forced pass
-            of the full model for the whole batch of the call), so a caller
-            that never reads them never pays for them.
-        input_tokens: the source's subword tokens, `[START]` ... `[END]`, as fed to
-            the model (after trimming).
-        token_ids: int64 numpy array of the output ids (without `[START]`).
-        score: `log P(Y | X) / lp(Y)` under the model, with the `alpha` of the
-            call (0 for greedy decoding, i.e. the plain log-probability);
-            `-inf` for an empty sentence.
-        log_prob: `log P(Y | X)` under the model, as the decoding loop summed it.
+            of the full model for the whole batch of the call).
     """
 
-    def __init__(self, text, tokens, attention_weights, input_tokens, token_ids, score,
-                 log_prob):
-        self.text = text
-        self.tokens = tokens
-        # A dict, or a function of no arguments that computes it.
-        self._attention_weights = attention_weights
-        self.input_tokens = input_tokens
-        self.token_ids = token_ids
-        self.score = score
-        self.log_prob = log_prob
-
-    @property
-    def attention_weights(self) -> dict[str, np.ndarray]:
-        if callable(self._attention_weights):
-            self._attention_weights = self._attention_weights()
-        return self._attention_weights
+    text: str
+    tokens: list[str]
+    input_tokens: list[str]
+    token_ids: np.ndarray = dataclasses.field(compare=False)
+    score: float
+    log_prob: float
+    attention_weights: Mapping[str, np.ndarray] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __iter__(self):
         return iter((self.text, self.tokens, self.attention_weights))
-
-    def __repr__(self):
-        return (
-            f"Translation(text={self.text!r}, tokens={self.tokens!r}, "
-            f"score={self.score:.4f}, log_prob={self.log_prob:.4f})"
-        )
 
 
 class _BatchAttention:
@@ -137,26 +132,26 @@ class _BatchAttention:
     """
 
     def __init__(self, teacher_forced, encoder_tokens, output, lengths, in_lengths):
-        self._args = (encoder_tokens, output, tf.constant(lengths))
+        self._args = (tf.constant(encoder_tokens), tf.constant(output), tf.constant(lengths))
         self._teacher_forced = teacher_forced
         self._lengths = lengths
         self._in_lengths = in_lengths
         self._weights = None
 
-    def for_sentence(self, b):
-        """A function of no arguments that returns sentence `b`'s weights."""
-        return functools.partial(self._sentence, b)
+    def for_row(self, row):
+        """Row `row`'s weights, as a mapping computed on first access."""
+        return _LazyAttention(functools.partial(self._row, row))
 
-    def _sentence(self, b):
+    def _row(self, row):
         if self._weights is None:
             _, weights = self._teacher_forced(*self._args)
             self._weights = {name: w.numpy() for name, w in weights.items()}
-        n, s = int(self._lengths[b]), int(self._in_lengths[b])
+        n, s = int(self._lengths[row]), int(self._in_lengths[row])
         attention = {}
         for name, w in self._weights.items():
             keys = s if name.startswith("encoder") or name.endswith("block2") else n
             queries = s if name.startswith("encoder") else n
-            attention[name] = np.ascontiguousarray(w[b, :, :queries, :keys])
+            attention[name] = np.ascontiguousarray(w[row, :, :queries, :keys])
         return attention
 
 
@@ -167,12 +162,14 @@ def _to_strings(values):
 class Translator:
     """Translates text with tokenizers and a trained `Transformer`.
 
-    Greedy decoding by default, beam search with `beam_size > 1`; both run the
-    model's own layers with their caches (`transformer.decoding`), in one
-    compiled graph each (traced once for every batch size and length). The
-    scores come from the decoding loop. The attention weights of the final
-    output are computed when first read, by one teacher-forced pass of the
-    full model over the call's batch, so they are exactly the model's.
+    Greedy decoding by default; beam search with `beam_size > 1` (and the
+    `n_best` best hypotheses of each sentence); sampling with `temperature`,
+    `top_k`, `top_p` or `seed` (see `SearchOptions`). All run the model's own
+    layers with their caches, in one compiled pipeline per strategy (traced
+    once for every batch size, length and setting). The scores come from the
+    decoding loop. The attention weights of the final output are computed
+    when first read, by one teacher-forced pass of the full model over the
+    call's batch, so they are exactly the model's.
 
     Args:
         tokenizers: an object with `.source` and `.target` tokenizers, each with
@@ -184,13 +181,13 @@ class Translator:
         extra_length: each output also gets at most its input's length plus
             this many tokens (section 6.1 of the paper: input length + 50);
             None for no per-sentence limit.
+        beam_size, alpha, n_best, temperature, top_k, top_p, seed: default
+            search settings for every call (`SearchOptions`); a call's own
+            settings replace them.
 
     Call arguments:
         sentence_or_list: a string or a list of strings (a batch).
         max_length: the most output tokens (default: the translator's).
-        beam_size: 1 for greedy decoding, more for beam search.
-        alpha: the length penalty's exponent; `DEFAULT_ALPHA` (0.6) by default
-            when `beam_size > 1`. Greedy decoding ignores it except for `score`.
         return_attention: give the attention weights (default True); they are
             computed on first access of `Translation.attention_weights`.
         batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
@@ -202,21 +199,26 @@ class Translator:
             to their full limit: a sentence that never emits `[END]` no
             longer holds up a whole batch, and the results are those of one
             pass.
+        beam_size, alpha, n_best, temperature, top_k, top_p, seed: the search
+            (`SearchOptions`).
 
     Returns:
-        A `Translation` for a string, a list of them for a list.
+        A `Translation` for a string, a list of them for a list; with
+        `n_best > 1`, a list of `n_best` `Translation`s, best first, in place
+        of each.
 
     Example:
 
     >>> translator = Translator.from_run("runs/toy")
     >>> text, tokens, attention_weights = translator("o gato preto come o bolo")
     >>> results = translator(["o gato", "os meninos não dormem"], beam_size=4)
+    >>> best_three = translator("o gato", n_best=3)           # beam of 4, best first
+    >>> sampled = translator("o gato", top_p=0.9, seed=1)      # the same for seed 1
     """
 
-    def __init__(
-        self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,
-        extra_length=DEFAULT_EXTRA_LENGTH,
-    ):
+    def __init__(self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,
+                 extra_length=DEFAULT_EXTRA_LENGTH, *, beam_size=None, alpha=None, n_best=1,
+                 temperature=None, top_k=None, top_p=None, seed=None):
         for side in ("source", "target"):
             if not hasattr(tokenizers, side):
                 raise ValueError(
@@ -224,20 +226,21 @@ class Translator:
                     f"`.target` tokenizers. Received: {type(tokenizers).__name__} without "
                     f"`.{side}`"
                 )
-        if not isinstance(transformer, keras.Model) or not hasattr(transformer, "decoder"):
+        if not isinstance(transformer, keras.Model) or not hasattr(transformer, "decode_step"):
             raise ValueError(
                 "Received an invalid value for argument `transformer`, expected a "
                 f"`transformer.Transformer`. Received: {type(transformer).__name__}"
             )
         check_int_at_least("max_length", max_length, 1)
-        self.tokenizers = tokenizers
-        self.transformer = transformer
         if extra_length is not None:
             check_int_at_least("extra_length", extra_length, 0)
-        self.max_length = min(int(max_length), int(transformer.max_length))
+        self.tokenizers = tokenizers
+        self.transformer = transformer
+        self.max_length = default_max_length(transformer, max_length)
         self.extra_length = extra_length
-        self._greedy = compile_greedy_decode(transformer, return_log_probs=True, row_limits=True)
-        self._beam = compile_beam_search(transformer, row_limits=True)
+        self.search = SearchOptions(beam_size, alpha, n_best, temperature, top_k, top_p, seed)
+        self._pipelines = {name: compile_pipeline(tokenizers, transformer, name)
+                           for name in SEARCH_SETTINGS}
         # The teacher-forced pass that gives the attention weights, compiled once.
         self._attention_pass = tf.function(
             functools.partial(teacher_forced_pass, transformer, attention=True),
@@ -256,60 +259,39 @@ class Translator:
             transformer.rundir.RunDirError: a one-line message naming what is
                 missing or unreadable.
         """
-        path = rundir.check_run_dir(run_dir)
-        rundir.read_json(path / rundir.CONFIG_FILE)  # a readable config marks a finished run
-        try:
-            tokenizers = load_tokenizers(path / rundir.TOKENIZERS_DIR)
-        except Exception as err:  # noqa: BLE001 - any loading failure is reported in one line
-            raise rundir.RunDirError(
-                f"Could not load the tokenizers from {str(path / rundir.TOKENIZERS_DIR)!r}: "
-                f"{_first_line(err)}"
-            ) from err
-        try:
-            model = keras.saving.load_model(path / rundir.MODEL_FILE, compile=False)
-        except Exception as err:  # noqa: BLE001
-            raise rundir.RunDirError(
-                f"Could not load the model from {str(path / rundir.MODEL_FILE)!r}: "
-                f"{_first_line(err)}"
-            ) from err
+        tokenizers, model = load_run(run_dir)
         return cls(tokenizers, model, **kwargs)
+
+    def tracing_count(self, search):
+        """How many times the compiled pipeline of `search` was traced (stays 1)."""
+        return self._pipelines[search].experimental_get_tracing_count()
 
     @property
     def greedy_tracing_count(self):
-        """How many times the compiled greedy loop was traced (stays 1)."""
-        return self._greedy.experimental_get_tracing_count()
+        """How many times the compiled greedy pipeline was traced (stays 1)."""
+        return self.tracing_count("greedy")
 
     @property
     def beam_tracing_count(self):
-        """How many times the compiled beam search was traced (stays 1)."""
-        return self._beam.experimental_get_tracing_count()
+        """How many times the compiled beam-search pipeline was traced (stays 1)."""
+        return self.tracing_count("beam")
 
     def encode(self, sentences):
         """Tokenizes and trims a list of strings as the model will see them.
-
-        Logs a warning for each sentence longer than the model's `max_length`.
 
         Returns:
             `(encoder_tokens, empty)`: int64 tensor `(batch, input_len)` and bool
             numpy `(batch,)`.
         """
-        limit = int(self.transformer.max_length)
-        encoder_tokens, raw_lengths, empty = _tokenize_and_trim(
-            self.tokenizers.source, tf.constant(sentences, tf.string), limit
+        encoder_tokens, _, empty = tokenize_and_trim(
+            self.tokenizers.source, tf.constant(sentences, tf.string),
+            int(self.transformer.max_length),
         )
-        for i, length in enumerate(raw_lengths.numpy()):
-            if length > limit:
-                logger.warning(
-                    "Sentence %d has %d tokens, more than the model's max_length=%d; "
-                    "trimmed to its first %d tokens and [END].",
-                    i + 1, length, limit, limit - 1,
-                )
         return encoder_tokens, empty.numpy()
 
-    def __call__(
-        self, sentence_or_list, max_length=None, beam_size=1, alpha=None, return_attention=True,
-        batch_size=TRANSLATE_BATCH_SIZE,
-    ):
+    def __call__(self, sentence_or_list, max_length=None, beam_size=None, alpha=None,
+                 return_attention=True, batch_size=TRANSLATE_BATCH_SIZE, *, n_best=None,
+                 temperature=None, top_k=None, top_p=None, seed=None):
         single = isinstance(sentence_or_list, (str, bytes))
         sentences = [sentence_or_list] if single else sentence_or_list
         if not isinstance(sentences, (list, tuple)) or not all(
@@ -322,17 +304,12 @@ class Translator:
         sentences = _to_strings(sentences)
         max_length = self.max_length if max_length is None else max_length
         check_int_at_least("max_length", max_length, 1)
-        check_int_at_least("beam_size", beam_size, 1)
         check_int_at_least("batch_size", batch_size, 1)
-        if alpha is None:
-            alpha = DEFAULT_ALPHA if beam_size > 1 else 0.0
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not (
-            math.isfinite(alpha) and alpha >= 0
-        ):
-            raise ValueError(
-                "Received an invalid value for argument `alpha`, expected a finite "
-                f"number >= 0. Received: alpha={alpha!r}"
-            )
+        given = {"beam_size": beam_size, "alpha": alpha, "n_best": n_best,
+                 "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        options = dataclasses.replace(
+            self.search, **{name: value for name, value in given.items() if value is not None}
+        )
         if max_length > self.transformer.max_length:
             logger.warning(
                 "max_length=%d is more than the model's max_length=%d; using %d.",
@@ -341,230 +318,115 @@ class Translator:
             max_length = int(self.transformer.max_length)
         if not sentences:
             return []
+        results = self._schedule(sentences, int(max_length), options, return_attention,
+                                 batch_size)
+        return results[0] if single else results
 
-        # Sorted by length (in characters) into batches; results in the list's order.
-        # Greedy decoding stops a first pass short (TRANSLATE_FIRST_PASS_EXTRA) and
-        # decodes the sentences cut there again, together, to their full limit.
+    def _schedule(self, sentences, max_length, options, return_attention, batch_size):
+        """Sorts the sentences by length (in characters) into batches and
+        translates them; the results are in the list's order.
+
+        Greedy decoding stops a first pass short (`TRANSLATE_FIRST_PASS_EXTRA`)
+        and decodes the sentences cut there again, together, to their full
+        limit. A greedy sentence's tokens do not depend on its limit up to that
+        limit, so a sentence that ends within the first pass's shorter one
+        has its final translation.
+        """
+        search, settings, alpha = options.resolve()
+        full_extra = self._extra_length()
+        first_pass = search == "greedy"
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         results = [None] * len(sentences)
-        first_pass = beam_size == 1
-        for _ in range(2):
+        while order:
+            extra = min(full_extra, TRANSLATE_FIRST_PASS_EXTRA) if first_pass else full_extra
             again = []
             for start in range(0, len(order), batch_size):
                 indices = order[start : start + batch_size]
-                batch, cut = self._translate([sentences[i] for i in indices], int(max_length),
-                                             int(beam_size), float(alpha), return_attention,
-                                             first_pass)
+                batch, cut = self._translate(
+                    [sentences[i] for i in indices], max_length, extra, search, settings,
+                    alpha, return_attention, full_extra if first_pass else None,
+                )
                 for index, result, was_cut in zip(indices, batch, cut, strict=True):
                     results[index] = result
                     if was_cut:
                         again.append(index)
-            if not again:
-                break
             order, first_pass = again, False
-        return results[0] if single else results
+        return results
 
-    def _translate(self, sentences, max_length, beam_size, alpha, return_attention,
-                   first_pass=False):
+    def _extra_length(self):
+        """`extra_length` as the pipeline takes it: None (no per-sentence limit)
+        becomes the model's `max_length`, which no output exceeds."""
+        if self.extra_length is None:
+            return int(self.transformer.max_length)
+        return int(self.extra_length)
+
+    def _translate(self, sentences, max_length, extra_length, search, settings, alpha,
+                   return_attention, full_extra=None):
         """Translations of one batch, and a bool numpy `(batch,)`: True for a
-        sentence that a greedy `first_pass` cut short without `[END]`."""
-        encoder_tokens, empty = self.encode(sentences)
-        output, log_probs, limits, cut = self._decode(
-            encoder_tokens, empty, max_length, beam_size, alpha, first_pass
+        sentence cut at its limit without `[END]` where `full_extra` would
+        have allowed it more tokens (None: no sentence is cut)."""
+        specs = SEARCH_SETTINGS[search]
+        out = self._pipelines[search](
+            tf.constant(sentences, tf.string), tf.constant(max_length, tf.int32),
+            tf.constant(extra_length, tf.int32),
+            *(tf.constant(value, spec.dtype) for value, spec in zip(settings, specs, strict=True)),
         )
-        # Up to [END], or to the sentence's own limit when it stopped there.
-        lengths = tf.minimum(output_lengths(output), tf.cast(limits, tf.int64))
-        lengths = tf.where(tf.constant(empty), tf.constant(0, tf.int64), lengths).numpy()
-        width = int(lengths.max()) if lengths.size else 0
-        output = output[:, :width]  # (batch, width); a beam pads to max_length
-        in_output = tf.sequence_mask(lengths, width)
-        output = tf.where(in_output, output, tf.constant(PAD_ID, tf.int64))  # (batch, width)
-        if beam_size > 1:  # the loop's score is log P / lp: undo the penalty
-            log_probs = log_probs * length_penalty(lengths, alpha)
+        limit = int(self.transformer.max_length)
+        for i, length in enumerate(out.input_lengths.numpy()):
+            if length > limit:
+                logger.warning(
+                    "Sentence %r has %d tokens, more than the model's max_length=%d; "
+                    "trimmed to its first %d tokens and [END].",
+                    sentences[i][:40], length, limit, limit - 1,
+                )
+        tokens, empty = out.tokens.numpy(), out.empty.numpy()
+        cut = np.zeros(len(sentences), bool)
+        if full_extra is not None:
+            full = output_limits(out.encoder_tokens, max_length, full_extra).numpy()
+            ended = (tokens[:, 0] == END_ID).any(axis=1)
+            cut = ~ended & (out.limits.numpy() < full) & ~empty
+        return self._results(out, tokens, empty, alpha, return_attention), cut
 
-        texts = _to_strings(self.tokenizers.target.detokenize(output).numpy())
-        start = tf.fill([len(sentences), 1], tf.constant(START_ID, tf.int64))
-        out_tokens = _rows(self.tokenizers.target.lookup(tf.concat([start, output], axis=1)))
-        in_tokens = _rows(self.tokenizers.source.lookup(encoder_tokens))
-        in_lengths = tf.reduce_sum(
-            tf.cast(tf.not_equal(encoder_tokens, PAD_ID), tf.int64), axis=1
-        ).numpy()
+    def _results(self, out, tokens, empty, alpha, return_attention):
+        """`Translation`s of a batch's `TranslationOutput` (lists with n-best)."""
+        batch, n = tokens.shape[:2]
+        lengths = out.lengths.numpy().reshape(-1)  # (batch * n,)
+        width = int(lengths.max()) if lengths.size else 0
+        flat = tokens.reshape(batch * n, -1)[:, :width]  # (batch * n, width)
+        encoder_tokens = np.repeat(out.encoder_tokens.numpy(), n, axis=0)
+        in_lengths = (encoder_tokens != PAD_ID).sum(axis=1)
+        texts = _to_strings(out.texts.numpy().reshape(-1))
+        start = np.full([batch * n, 1], START_ID, np.int64)
+        out_tokens = _rows(self.tokenizers.target.lookup(
+            tf.constant(np.concatenate([start, flat], axis=1))))
+        in_tokens = _rows(self.tokenizers.source.lookup(out.encoder_tokens))
+        log_probs = out.log_probs.numpy().reshape(-1)
         attention = None
         if return_attention and width > 0:
-            attention = _BatchAttention(
-                self._attention_pass, encoder_tokens, output, lengths, in_lengths
-            )
+            attention = _BatchAttention(self._attention_pass, encoder_tokens, flat, lengths,
+                                        in_lengths)
         results = []
-        for b, sentence_empty in enumerate(empty):
-            n, s = int(lengths[b]), int(in_lengths[b])
-            log_prob = -math.inf if sentence_empty else float(log_probs[b])
-            results.append(Translation(
-                text="" if sentence_empty else texts[b],
-                tokens=[] if sentence_empty else _to_strings(out_tokens[b][: n + 1]),
-                attention_weights={} if attention is None or sentence_empty
-                else attention.for_sentence(b),
-                input_tokens=_to_strings(in_tokens[b][:s]),
-                token_ids=output[b, :n].numpy(),
-                score=log_prob / float(length_penalty(n, alpha)),
-                log_prob=log_prob,
-            ))
-        return results, cut
-
-    def _decode(self, encoder_tokens, empty, max_length, beam_size, alpha, first_pass=False):
-        """Output tokens `(batch, steps)`, float64 numpy `(batch,)` scores (`log P`
-        for greedy decoding, `log P / lp` for beam search), the sentences'
-        output limits, int32 `(batch,)`, and which sentences a greedy
-        `first_pass` cut short of their limit without `[END]`, bool numpy
-        `(batch,)`.
-
-        A greedy sentence's tokens do not depend on its limit up to that
-        limit, so a sentence that ends within the first pass's shorter one
-        has its final translation.
-        """
-        empty = tf.constant(empty)
-        limits = output_limits(encoder_tokens, max_length, self.extra_length)  # (batch,)
-        full_limits = limits
-        if first_pass and beam_size == 1:
-            limits = tf.minimum(limits, output_limits(
-                encoder_tokens, max_length, TRANSLATE_FIRST_PASS_EXTRA))  # (batch,)
-        max_length = tf.reduce_max(tf.concat([limits, [0]], axis=0))
-        cut = np.zeros([len(empty)], bool)
-        if beam_size == 1:
-            output, scores = self._greedy(
-                encoder_tokens, max_length, tf.constant(False), empty, limits
-            )
-            ended = tf.reduce_any(tf.equal(output, END_ID), axis=1)  # (batch,)
-            cut = (~ended & (limits < full_limits) & ~empty).numpy()
-        else:
-            output, scores = self._beam(
-                encoder_tokens, max_length, tf.constant(beam_size, tf.int32),
-                tf.constant(alpha, tf.float32), empty, limits,
-            )
-        return output, scores.numpy().astype(np.float64), limits, cut
+        for b in range(batch):
+            hypotheses = []
+            for row in range(b * n, (b + 1) * n):
+                length = int(lengths[row])
+                log_prob = -math.inf if empty[b] else float(log_probs[row])
+                hypotheses.append(Translation(
+                    text="" if empty[b] else texts[row],
+                    tokens=[] if empty[b] else _to_strings(out_tokens[row][: length + 1]),
+                    input_tokens=_to_strings(in_tokens[b][: in_lengths[row]]),
+                    token_ids=flat[row, :length],
+                    score=log_prob / float(length_penalty(length, alpha)),
+                    log_prob=log_prob,
+                    attention_weights={} if attention is None or empty[b]
+                    else attention.for_row(row),
+                ))
+            results.append(hypotheses[0] if n == 1 else hypotheses)
+        return results
 
 
-def _rows(tokens):
+def _rows(tokens: Any):
     """A (possibly ragged) batch of string tokens -> list of numpy rows."""
     if isinstance(tokens, tf.RaggedTensor):
         return [row.numpy() for row in tokens]
     return list(tokens.numpy())
-
-
-def _first_line(err):
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
-
-
-# ---------------------------------------------------------------------------
-# Export.
-
-
-class _ExportedTranslator(tf.Module):
-    """Strings in, strings out, with the tokenizers inside (a SavedModel).
-
-    `__call__(sentences)` translates a string or a batch of strings (any shape)
-    greedily with the default `max_length`; `translate(sentences, max_length,
-    beam_size, alpha)` chooses the decoding (beam search for `beam_size > 1`).
-    Both return strings of the input's shape. Everything is traced without
-    AutoGraph, so it exports from a Jupyter kernel too.
-    """
-
-    def __init__(self, tokenizers, transformer, max_length, extra_length):
-        super().__init__(name="translator")
-        self.tokenizers = tokenizers
-        self.transformer = transformer
-        self.max_length = tf.Variable(max_length, dtype=tf.int32, trainable=False,
-                                      name="max_length")
-        model_max_length = int(transformer.max_length)
-
-        def translate(sentences, max_length, beam_size, alpha):
-            shape = tf.shape(sentences)
-            flat = tf.reshape(sentences, [-1])  # (batch,)
-            encoder_tokens, _, empty = _tokenize_and_trim(
-                self.tokenizers.source, flat, model_max_length
-            )
-            limits = output_limits(
-                encoder_tokens, tf.minimum(max_length, model_max_length), extra_length
-            )  # (batch,)
-            max_length = tf.reduce_max(tf.concat([limits, [0]], axis=0))
-
-            def greedy():
-                return cached_greedy_decode(
-                    self.transformer, encoder_tokens, max_length, False, empty,
-                    row_limits=limits,
-                )
-
-            def beam():
-                tokens, _ = beam_search_decode(
-                    self.transformer, encoder_tokens, max_length, beam_size, alpha, empty,
-                    row_limits=limits,
-                )
-                return tokens
-
-            output = tf.cond(beam_size > 1, beam, greedy)  # (batch, steps)
-            in_output = tf.sequence_mask(output_lengths(output), tf.shape(output)[1])
-            output = tf.where(in_output & ~empty[:, tf.newaxis], output,
-                              tf.constant(PAD_ID, tf.int64))
-            text = self.tokenizers.target.detokenize(output)  # (batch,)
-            return tf.reshape(text, shape)
-
-        self.translate = tf.function(
-            translate,
-            input_signature=[
-                tf.TensorSpec(None, tf.string, name="sentences"),
-                tf.TensorSpec([], tf.int32, name="max_length"),
-                tf.TensorSpec([], tf.int32, name="beam_size"),
-                tf.TensorSpec([], tf.float32, name="alpha"),
-            ],
-            autograph=False,
-        )
-
-    @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="sentences")],
-                 autograph=False)
-    def __call__(self, sentences):
-        return self.translate(
-            sentences, self.max_length.read_value(), tf.constant(1, tf.int32),
-            tf.constant(0.0, tf.float32),
-        )
-
-
-def export_translator(translator_or_run_dir, export_dir=None):
-    """Exports a translator as a SavedModel that maps strings to strings.
-
-    The SavedModel holds the tokenizers and the model. Reload it with only
-    TensorFlow and TensorFlow Text (whose ops the tokenizers use)::
-
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401
-        translator = tf.saved_model.load("runs/toy/export")
-        translator(tf.constant("o gato preto come o bolo")).numpy().decode()
-        translator.translate(tf.constant(["o gato"]), max_length=tf.constant(40),
-                             beam_size=tf.constant(4), alpha=tf.constant(0.6))
-
-    Args:
-        translator_or_run_dir: a `Translator`, or a run directory to load one from.
-        export_dir: where to write; default `<run_dir>/export` when a run
-            directory is given.
-
-    Returns:
-        The export directory, as a `Path`.
-    """
-    if isinstance(translator_or_run_dir, Translator):
-        translator = translator_or_run_dir
-        if export_dir is None:
-            raise ValueError(
-                "Received no `export_dir`; it is required when exporting a `Translator` "
-                "(only a run directory has a default, <run_dir>/export)."
-            )
-    else:
-        translator = Translator.from_run(translator_or_run_dir)
-        if export_dir is None:
-            export_dir = Path(translator_or_run_dir) / rundir.EXPORT_DIR
-    module = _ExportedTranslator(
-        translator.tokenizers, translator.transformer, translator.max_length,
-        translator.extra_length,
-    )
-    export_dir = Path(export_dir)
-    tf.saved_model.save(module, str(export_dir))
-    logger.info("Exported the translator to %s", export_dir)
-    return export_dir

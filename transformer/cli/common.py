@@ -23,7 +23,9 @@ __all__ = [
     "hide_native_stderr",
     "non_negative_float",
     "non_negative_int",
+    "positive_float",
     "positive_int",
+    "probability",
     "rate",
     "report_error",
     "use_tensorflow_memory_pool",
@@ -179,6 +181,32 @@ def non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """Argument type: a finite number > 0, such as a sampling temperature.
+
+    Example:
+        >>> positive_float("0.7")
+        0.7
+    """
+    value = _float_or_none(text)
+    if value is None or not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """Argument type: a number in (0, 1], such as top-p's probability mass.
+
+    Example:
+        >>> probability("0.9")
+        0.9
+    """
+    value = _float_or_none(text)
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
     return value
 
 

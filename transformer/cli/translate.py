@@ -5,21 +5,28 @@
     cat sentences.txt | python translate.py --run runs/toy --show-tokens
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
     python translate.py --run runs/toy "o gato preto come o bolo" --html explorer.html
+    python translate.py --run runs/toy "o gato preto" --n-best 3
+    python translate.py --run runs/toy "o gato preto" --top-p 0.9 --seed 1
 
 Sentences come from the arguments or, without any, from standard input (one
 per line, UTF-8); either way they are sorted by length and translated in
 batches of `transformer.constants.TRANSLATE_BATCH_SIZE`. Translations go to
-standard output, one per line, in the input's order. A line of standard input that is
-not valid UTF-8 is reported on standard error, one line per bad line
-(`<stdin>:3: not valid UTF-8 (byte 0xff at column 8)`), and nothing is
-translated: the exit status is 1. TensorFlow is imported only once the
-options are read (after its native start-up messages are hidden, unless --verbose).
+standard output, one per line, in the input's order (with --scores, each
+followed by a tab and its score; with --n-best N, N such lines per sentence,
+best first). A byte-order mark at the start of standard input is dropped. A
+line of standard input that is not valid UTF-8 is reported on standard error,
+one line per bad line (`<stdin>:3: not valid UTF-8 (byte 0xff at column 8)`),
+and nothing is translated: the exit status is 1. TensorFlow is imported only
+once the options are read and checked (after its native start-up messages are
+hidden, unless --verbose), so `--help` and usage errors are quick.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,7 +34,10 @@ from transformer.cli.common import (
     OneLineErrorParser,
     hide_native_stderr,
     non_negative_float,
+    non_negative_int,
+    positive_float,
     positive_int,
+    probability,
     report_error,
 )
 from transformer.plot import (  # matplotlib only, no TensorFlow
@@ -35,6 +45,11 @@ from transformer.plot import (  # matplotlib only, no TensorFlow
     attention_explorer_html,
     plot_attention_weights,
 )
+from transformer.search_options import SearchOptions  # standard library only
+
+_SCORE_HELP = ("the score is the log-probability the search ranks by: log P(Y|X) for "
+               "greedy decoding and sampling, and log P(Y|X) / lp(Y) with the length "
+               "penalty lp(Y) = ((5 + |Y|) / 6) ** alpha for beam search")
 
 PROG = "translate.py"
 
@@ -53,14 +68,10 @@ def parse_args(argv=None):
                              "line (UTF-8), when none are given")
     parser.add_argument("--run", required=True, metavar="DIR",
                         help="the run directory written by train.py (e.g. runs/toy)")
-    parser.add_argument("--beam", type=positive_int, default=1, metavar="N",
-                        help="beam size; 1 (the default) is greedy decoding, the paper "
-                             "uses 4")
-    parser.add_argument("--alpha", type=non_negative_float, default=None,
-                        help="length penalty exponent of beam search (default 0.6)")
     parser.add_argument("--max-length", type=positive_int, default=None, metavar="N",
                         help="the most output tokens per sentence (default 128, at most "
                              "the model's max_length)")
+    _add_search_arguments(parser)
     parser.add_argument("--plot", metavar="FILE.png", default=None,
                         help="save the attention heads of the chosen layer (encoder-decoder "
                              "attention of the last layer by default); with several "
@@ -80,7 +91,54 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.layer is not None and args.plot is None:
         parser.error("--layer chooses what --plot draws; add --plot FILE.png")
+    try:
+        args.search = SearchOptions(
+            beam_size=args.beam, alpha=args.alpha, n_best=args.n_best,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        )
+    except ValueError as err:  # a combination that does not go together
+        parser.error(_option_names(str(err)))
     return args
+
+
+def _add_search_arguments(parser):
+    """The options that choose the search: greedy (default), beam or sampling."""
+    group = parser.add_argument_group(
+        "search", "Greedy decoding by default; --beam or --n-best for beam search; any of "
+                  "--temperature, --top-k, --top-p, --seed for sampling (which draws one "
+                  "output per sentence, so no --beam or --n-best with it)."
+    )
+    group.add_argument("--beam", type=positive_int, default=None, metavar="N",
+                       help="beam size; 1 is greedy decoding, the paper uses 4 (default: 1, "
+                            "or 4 and at least N with --n-best N)")
+    group.add_argument("--alpha", type=non_negative_float, default=None,
+                       help="length penalty exponent of beam search (default 0.6)")
+    group.add_argument("--n-best", type=positive_int, default=1, metavar="N",
+                       help="print the N best translations of each sentence, best first, "
+                            f"each followed by a tab and its score; {_SCORE_HELP}")
+    group.add_argument("--scores", action="store_true",
+                       help=f"print a tab and the score after each translation; {_SCORE_HELP}")
+    group.add_argument("--temperature", type=positive_float, default=None, metavar="T",
+                       help="sample with the logits divided by T (> 0; below 1 closer to "
+                            "greedy, above 1 more varied; default 1 when sampling)")
+    group.add_argument("--top-k", type=positive_int, default=None, metavar="K",
+                       help="sample from the K most probable tokens only (1 is greedy)")
+    group.add_argument("--top-p", type=probability, default=None, metavar="P",
+                       help="sample from the fewest most probable tokens whose probability "
+                            "reaches P, in (0, 1] (nucleus sampling)")
+    group.add_argument("--seed", type=non_negative_int, default=None, metavar="S",
+                       help="seed of the sampling: the same seed gives the same translations "
+                            "of the same input (default: a new random seed each run)")
+
+
+_OPTIONS = {"beam_size": "--beam", "n_best": "--n-best", "temperature": "--temperature",
+            "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed"}
+
+
+def _option_names(message):
+    """A `SearchOptions` error in the command line's words (`beam_size=4` -> `--beam 4`)."""
+    return re.sub(r"\b(" + "|".join(_OPTIONS) + r")\b(=?)",
+                  lambda m: _OPTIONS[m[1]] + (" " if m[2] else ""), message)
 
 
 def _layer_name(layer, num_layers):
@@ -148,6 +206,8 @@ def decode_lines(raw_lines, name="<stdin>"):
             errors.append(f"{name}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} "
                           f"at column {error.start + 1})")
             continue
+        if number == 1:  # a byte-order mark is no part of the text (as in the TSV reader)
+            line = line.removeprefix("\ufeff")
         sentences.append(line.rstrip("\r\n"))
     return sentences, errors
 
@@ -191,12 +251,21 @@ def run(args):
                 "or one of encoder_layer{i}, decoder_layer{i}_block1, decoder_layer{i}_block2."
             )
 
+    search = args.search
     results = translator(
-        list(sentences), max_length=args.max_length, beam_size=args.beam, alpha=args.alpha,
+        list(sentences), max_length=args.max_length,
         return_attention=args.plot is not None or args.html is not None,
+        beam_size=search.beam_size, alpha=search.alpha, n_best=search.n_best,
+        temperature=search.temperature, top_k=search.top_k, top_p=search.top_p,
+        seed=search.seed,
     )
-    for result in results:
-        print(result.text)
+    if search.n_best > 1:  # the best of each sentence is what gets plotted
+        hypotheses, results = results, [best[0] for best in results]
+    else:
+        hypotheses = [[result] for result in results]
+    scores = args.scores or search.n_best > 1
+    for result in itertools.chain.from_iterable(hypotheses):
+        print(f"{result.text}\t{result.score:.4f}" if scores else result.text)
         if args.show_tokens:
             print("  source tokens:", " ".join(result.input_tokens))
             print("  output tokens:", " ".join(result.tokens))
@@ -223,7 +292,7 @@ def main(argv=None) -> int:
     """Runs `translate.py` with `argv` (default: the command line's); returns the exit status."""
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if not args.verbose:
+    if not args.verbose and "tensorflow" not in sys.modules:
         hide_native_stderr()  # for the whole run: TensorFlow is imported lazily
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
