@@ -9,9 +9,11 @@ from typing import Any
 
 from transformer import rundir
 from transformer._validation import (
-    check_label_smoothing,
     check_learning_rate,
+    check_max_tokens,
+    check_non_negative_int,
     check_positive_int,
+    check_rate,
 )
 from transformer.constants import (
     PAPER_LEARNING_RATE,
@@ -467,14 +469,6 @@ def _check_choice(name: str, value, options) -> None:
         )
 
 
-def _check_non_negative(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a "
-            f"non-negative integer. Received: {name}={value!r}"
-        )
-
-
 def _check_choices(config: RunConfig) -> None:
     """`dataset` (without `data`), `preset`, `precision`, `strategy` and the tokenizer."""
     if config.data is None:
@@ -502,10 +496,10 @@ def _check_numbers(config: RunConfig) -> None:
         if getattr(config, name) is not None:
             check_positive_int(name, getattr(config, name))
     if config.batch_tokens is not None:
-        _check_non_negative("batch_tokens", config.batch_tokens)
+        check_non_negative_int("batch_tokens", config.batch_tokens)
     for name in ("source_column", "target_column", "num_examples", "seed"):
-        _check_non_negative(name, getattr(config, name))
-    check_label_smoothing(config.label_smoothing)
+        check_non_negative_int(name, getattr(config, name))
+    check_rate("label_smoothing", config.label_smoothing)
     budget = config.time_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                or not 0 < budget < math.inf):
@@ -526,12 +520,7 @@ def _check_max_tokens(max_tokens, max_length: int) -> None:
     """None, or room for [START] and [END] within the model's positional encoding."""
     if max_tokens is None:
         return
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
-        raise ValueError(
-            "Received an invalid value for argument `max_tokens`, expected an "
-            "integer of at least 2 (room for [START] and [END]). Received: "
-            f"max_tokens={max_tokens!r}"
-        )
+    check_max_tokens(max_tokens)
     if max_tokens > max_length:
         raise ValueError(
             "Received an invalid value for argument `max_tokens`, expected at most "
