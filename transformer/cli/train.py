@@ -37,22 +37,21 @@ from transformer.cli.common import (
 from transformer.constants import SENTENCEPIECE_MODEL_TYPES, STRATEGIES, TOKENIZER_KINDS
 from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS
-from transformer.run.config import (
-    CORPUS_DEFAULTS,
-    CORPUS_DROPOUT_RATE,
-    MAX_EPOCHS,
-    MIN_EPOCHS,
-    RESUMABLE_FIELDS,
-    TARGET_PAIRS_SEEN,
-    TOY_DEFAULTS,
-    RunConfig,
-    dataset_defaults,
-    default_model,
-)
+from transformer.run.config import RESUMABLE_FIELDS, RunConfig
 from transformer.run.precision import (
     PRECISIONS,
     default_precision,
     explain_default_precision,
+)
+from transformer.run.recipes import (
+    CORPUS_DEFAULTS,
+    CORPUS_DROPOUT_RATE,
+    MAX_EPOCHS,
+    MIN_EPOCHS,
+    TARGET_PAIRS_SEEN,
+    TOY_DEFAULTS,
+    dataset_defaults,
+    default_model,
 )
 
 

@@ -48,11 +48,7 @@ from transformer.run.callbacks import (
     optimizer_step,
 )
 from transformer.run.checkpoints import average_last_checkpoints, open_checkpoints
-from transformer.run.config import (
-    CONFIG_FORMAT_VERSION,
-    RunConfig,
-    size_epochs_and_batches,
-)
+from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
 from transformer.run.directory import (
     check_resume,
     prepare_run_dir,
@@ -66,6 +62,7 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
+from transformer.run.recipes import size_epochs_and_batches
 from transformer.training import (
     MaskedLoss,
     learning_rate_schedule,
