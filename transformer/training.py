@@ -2,7 +2,7 @@
 
 Section 5.3 of Vaswani et al., 2017 (optimizer and schedule) and section 5.4
 (label smoothing). Loss and accuracy are averaged over non-padding target
-tokens only (docs/design.md, decision 2). The run around them (configuration,
+tokens only (docs/design.md, "Math"). The run around them (configuration,
 callbacks, evaluation, `train`) is `transformer.run`.
 """
 
@@ -169,8 +169,8 @@ def token_losses(label, pred, label_smoothing):
 
 # The loss of a training step, compiled by XLA into a few fused loops over the
 # logits (forward and gradient). The logits are the step's largest tensor
-# (batch x target_len x target vocabulary: 115 MB for the tutorial preset);
-# TensorFlow's separate kernels read and write it about ten times; one fused
+# (batch x target_len x target vocabulary); TensorFlow's separate kernels
+# read and write it several times; one fused
 # function makes the training step faster (measurements in BENCHMARKS.md,
 # "Training speed"). XLA compiles once per new logits shape, which a training
 # run pays once per distinct padded target length: on batches of many shapes

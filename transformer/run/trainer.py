@@ -568,8 +568,8 @@ def _create_metric_variables(model, batches: tf.data.Dataset) -> None:
     """Creates the compiled metrics' variables before `fit` traces its step.
 
     Keras creates them while it traces the first training step, and a
-    `tf.function` that creates variables is traced twice: about 15 s more for
-    the tutorial preset on two CPU cores. Evaluating one batch creates them
+    `tf.function` that creates variables is traced twice, which delays the
+    first step by a whole extra trace. Evaluating one batch creates them
     first (and traces the evaluation step, which validation traces anyway).
     """
     model.evaluate(batches.take(1), steps=1, verbose=0)
