@@ -141,3 +141,13 @@ def test_ci_runs_exactly_the_readmes_test_command():
     assert "pytest" in test_command and "--durations=" in test_command
     ci_lines = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert ci_lines[-1].strip() == test_command
+
+
+def test_the_options_that_may_change_on_resume_are_those_of_the_code():
+    from transformer.cli.train import resumable_options
+
+    text = " ".join(README.read_text().split())
+    match = re.search(r"Only (.*?) may change on `--resume`", text)
+    assert match, "README.md no longer says which options may change on --resume"
+    listed = re.findall(r"`(--[a-z-]+)`", match.group(1))
+    assert sorted(listed) == resumable_options()

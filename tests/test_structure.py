@@ -142,6 +142,25 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+# Experiment figures (BLEU scores, percentages, seeds, speed-ups, seconds gained)
+# belong in BENCHMARKS.md; the library's comments, docstrings and help texts
+# say what and why and point there.
+_EXPERIMENT_FIGURE = re.compile(
+    r"\d\s?%(?!\w)|\d\s?BLEU|BLEU\s(?:of\s)?\d|(?<![-\w])seeds?\s\d"
+    r"|\d(?:\.\d+)?x\s(?:the|faster|slower)|\d\s?(?:s|seconds|minutes)\s(?:more|less|faster)"
+)
+
+
+def test_no_experiment_figures_in_the_library():
+    found = [
+        f"{_relative(path)}:{number}: {line.strip()}"
+        for path in _modules().values()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _EXPERIMENT_FIGURE.search(line)
+    ]
+    assert found == []
+
+
 def test_no_module_over_the_line_limit():
     over = {
         _relative(path): len(path.read_text(encoding="utf-8").splitlines())

@@ -1,36 +1,64 @@
-"""Argument checks shared by the layers and the run's configuration; errors read
-like Keras's own. Plain Python: no TensorFlow at import."""
+"""Argument checks shared by the layers, the data pipeline and the run's
+configuration; errors read like Keras's own. Plain Python: no TensorFlow at import.
+
+Every check raises `error` (a `ValueError` by default); data code passes its
+`transformer.data.corpus.DataError`, a subclass of `ValueError`.
+"""
 
 from __future__ import annotations
 
 import numbers
 
 
-def check_positive_int(name: str, value) -> None:
-    """Raises a Keras-style ValueError unless `value` is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a positive "
-            f"integer. Received: {name}={value!r}"
-        )
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_rate(name: str, value) -> None:
-    """Raises a Keras-style ValueError unless `value` is a float in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a float in "
-            f"[0, 1). Received: {name}={value!r}"
-        )
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_int_at_least(name: str, value, minimum: int) -> None:
-    """Raises a Keras-style ValueError unless `value` is an integer `>= minimum`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected an integer "
-            f">= {minimum}. Received: {name}={value!r}"
-        )
+def _invalid(name: str, expected: str, value, error: type[Exception]) -> Exception:
+    return error(
+        f"Received an invalid value for argument `{name}`, expected {expected}. "
+        f"Received: {name}={value!r}"
+    )
+
+
+def check_positive_int(name: str, value, *, error: type[Exception] = ValueError) -> None:
+    """Raises `error` unless `value` is a positive integer."""
+    if not _is_int(value) or value <= 0:
+        raise _invalid(name, "a positive integer", value, error)
+
+
+def check_non_negative_int(name: str, value, *, error: type[Exception] = ValueError,
+                           note: str = "") -> None:
+    """Raises `error` unless `value` is an integer >= 0; `note` follows the
+    expectation in the message, e.g. `" (columns count from 0)"`."""
+    if not _is_int(value) or value < 0:
+        raise _invalid(name, f"a non-negative integer{note}", value, error)
+
+
+def check_rate(name: str, value, *, error: type[Exception] = ValueError) -> float:
+    """`value` as a float, or raises `error` unless it is a number in [0, 1)
+    (a dropout rate, label smoothing's `eps`, a share of the corpus)."""
+    if not _is_real(value) or not 0 <= value < 1:
+        raise _invalid(name, "a float in [0, 1)", value, error)
+    return float(value)
+
+
+def check_int_at_least(name: str, value, minimum: int, *,
+                       error: type[Exception] = ValueError) -> None:
+    """Raises `error` unless `value` is an integer `>= minimum`."""
+    if not _is_int(value) or value < minimum:
+        raise _invalid(name, f"an integer >= {minimum}", value, error)
+
+
+def check_max_tokens(max_tokens, *, error: type[Exception] = ValueError) -> None:
+    """Raises `error` unless `max_tokens` leaves room for `[START]` and `[END]`."""
+    if not _is_int(max_tokens) or max_tokens < 2:
+        raise _invalid("max_tokens", "an integer of at least 2 (room for [START] and [END])",
+                       max_tokens, error)
 
 
 def check_heads_divide(d_model, num_heads) -> None:
@@ -43,22 +71,9 @@ def check_heads_divide(d_model, num_heads) -> None:
         )
 
 
-def check_label_smoothing(label_smoothing) -> float:
-    """`label_smoothing` as a float, or a Keras-style `ValueError` unless it is in [0, 1)."""
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
-        0 <= label_smoothing < 1
-    ):
-        raise ValueError(
-            "Received an invalid value for argument `label_smoothing`, expected a float "
-            f"in [0, 1). Received: label_smoothing={label_smoothing!r}"
-        )
-    return float(label_smoothing)
-
-
 def check_learning_rate(learning_rate) -> float:
     """Checks a peak learning rate: a number in (0, 1]."""
-    if (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float))
-            or not 0 < learning_rate <= 1):
+    if not _is_real(learning_rate) or not 0 < learning_rate <= 1:
         raise ValueError(
             f"Expected a learning rate in (0, 1]. Received: learning_rate={learning_rate!r}"
         )

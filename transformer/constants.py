@@ -7,15 +7,15 @@ START_ID = 2
 END_ID = 3
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 
-# Layer normalisation epsilon of every post-norm sublayer (decision 2).
+# Layer normalisation epsilon of every sublayer (docs/design.md, "Math").
 LAYER_NORM_EPSILON = 1e-6
 
-# Adam settings of the paper, section 5.3 (decision 2).
+# Adam settings of the paper, section 5.3 (docs/design.md, "Math").
 ADAM_BETA_1 = 0.9
 ADAM_BETA_2 = 0.98
 ADAM_EPSILON = 1e-9
 
-# Added to masked attention logits in float32 (decision 3). Lower precisions
+# Added to masked attention logits in float32 (docs/design.md, "Masks"). Lower precisions
 # use the most negative finite value of their dtype instead (see attention.py).
 MASK_NEGATIVE_FLOAT32 = -1e9
 

@@ -24,8 +24,7 @@ class Dropout(keras.layers.Dropout):
     Keras draws one 32-bit uniform number per element; this layer draws 32
     random bits per two elements and compares each 16-bit half with
     `round(rate * 65536)`. Drawing the random numbers was the largest cost of
-    dropout in a training step (about 5% of the tutorial-preset step on our
-    2-core CPU; see bench/TRAIN_SPEED.md). Elements are dropped with probability
+    dropout in a training step (measurements in bench/TRAIN_SPEED.md). Elements are dropped with probability
     `round(rate * 65536) / 65536` (for `rate = 0.1`: 0.1000061) and the kept
     ones are multiplied by the inverse of that keep probability (rounded to
     the compute dtype, as Keras does), so the expected output equals the

@@ -97,8 +97,8 @@ PRESETS: dict[str, TransformerConfig] = {
     "tutorial": TransformerConfig(
         num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
     ),
-    # Small enough to train the toy translator in a minute or two on two CPU
-    # cores (train.py's defaults reach >= 95% exact match on the toy test split).
+    # Small enough to learn the toy corpus quickly on a laptop CPU
+    # with train.py's defaults (their results: BENCHMARKS.md, at the top).
     "toy": TransformerConfig(
         num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=64
     ),

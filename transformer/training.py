@@ -2,7 +2,7 @@
 
 Section 5.3 of Vaswani et al., 2017 (optimizer and schedule) and section 5.4
 (label smoothing). Loss and accuracy are averaged over non-padding target
-tokens only (docs/design.md, decision 2). The run around them (configuration,
+tokens only (docs/design.md, "Math"). The run around them (configuration,
 callbacks, evaluation, `train`) is `transformer.run`.
 """
 
@@ -11,11 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from transformer._validation import (  # noqa: F401 - check_* are re-exported
-    check_label_smoothing,
-    check_learning_rate,
-    check_positive_int,
-)
+from transformer._validation import check_learning_rate, check_positive_int, check_rate
 from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, PAD_ID
 
 
@@ -173,8 +169,8 @@ def token_losses(label, pred, label_smoothing):
 
 # The loss of a training step, compiled by XLA into a few fused loops over the
 # logits (forward and gradient). The logits are the step's largest tensor
-# (batch x target_len x target vocabulary: 115 MB for the tutorial preset);
-# TensorFlow's separate kernels read and write it about ten times; one fused
+# (batch x target_len x target vocabulary); TensorFlow's separate kernels
+# read and write it several times; one fused
 # function makes the training step faster (measurements in BENCHMARKS.md,
 # "Training speed"). XLA compiles once per new logits shape, which a training
 # run pays once per distinct padded target length: on batches of many shapes
@@ -232,7 +228,7 @@ def masked_loss(label, pred, label_smoothing=0.0):
     >>> round(float(masked_loss(label, pred)), 4)  # ln 2; the padding is ignored
     0.6931
     """
-    label_smoothing = check_label_smoothing(label_smoothing)
+    label_smoothing = check_rate("label_smoothing", label_smoothing)
     loss = _checked_token_losses(label, pred, label_smoothing)  # (batch, target_len)
     mask = tf.cast(tf.not_equal(tf.cast(label, tf.int32), PAD_ID), loss.dtype)
     return tf.math.divide_no_nan(tf.reduce_sum(loss * mask), tf.reduce_sum(mask))
@@ -263,7 +259,7 @@ class MaskedLoss(keras.losses.Loss):
     def __init__(self, label_smoothing=0.0, name="masked_loss", jit_compile=True, **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
-        self.label_smoothing = check_label_smoothing(label_smoothing)
+        self.label_smoothing = check_rate("label_smoothing", label_smoothing)
         self.jit_compile = bool(jit_compile)
 
     def call(self, y_true, y_pred):

@@ -262,10 +262,10 @@ def use_tensorflow_memory_pool() -> bool:
     By default TensorFlow asks malloc for every CPU tensor; batches whose shapes
     vary from step to step (the token-budget batches of real text) then keep
     mapping and unmapping fresh pages, and the kernel's page-fault work took a
-    third of a training step. TensorFlow's best-fit-with-coalescing allocator
-    keeps freed memory in a pool sized by the run's peak: a real-text step took
-    0.7x the time on a 2-core CPU (BENCHMARKS.md, "Training speed on real
-    text"). It must be chosen before TensorFlow is imported; a value already in
+    large share of a training step. TensorFlow's best-fit-with-coalescing
+    allocator keeps freed memory in a pool sized by the run's peak, which made
+    real-text steps faster (BENCHMARKS.md, "Training speed on real text").
+    It must be chosen before TensorFlow is imported; a value already in
     the environment (`TF_CPU_ALLOCATOR_USE_BFC=false`) is kept.
 
     Returns:

@@ -37,22 +37,21 @@ from transformer.cli.common import (
 from transformer.constants import SENTENCEPIECE_MODEL_TYPES, STRATEGIES, TOKENIZER_KINDS
 from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS
-from transformer.run.config import (
-    CORPUS_DEFAULTS,
-    CORPUS_DROPOUT_RATE,
-    MAX_EPOCHS,
-    MIN_EPOCHS,
-    RESUMABLE_FIELDS,
-    TARGET_PAIRS_SEEN,
-    TOY_DEFAULTS,
-    RunConfig,
-    dataset_defaults,
-    default_model,
-)
+from transformer.run.config import RESUMABLE_FIELDS, RunConfig
 from transformer.run.precision import (
     PRECISIONS,
     default_precision,
     explain_default_precision,
+)
+from transformer.run.recipes import (
+    CORPUS_DEFAULTS,
+    CORPUS_DROPOUT_RATE,
+    MAX_EPOCHS,
+    MIN_EPOCHS,
+    TARGET_PAIRS_SEEN,
+    TOY_DEFAULTS,
+    dataset_defaults,
+    default_model,
 )
 
 
@@ -146,7 +145,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                        f"{tutorial.max_length} for tutorial)")
     group.add_argument("--vocab-size", type=positive_int, metavar="N",
                        default=default(d.vocab_size),
-                       help=f"largest subword vocabulary per language (default: {d.vocab_size})")
+                       help="largest subword vocabulary: the one both languages share with "
+                       "--shared-vocab (the default on real corpora), else each language's "
+                       f"(default: {d.vocab_size})")
     group.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=default(None),
                        help="subword tokenizer: sentencepiece keeps case, accents and "
                        "punctuation, so translations read as written text; wordpiece is the "
@@ -181,14 +182,14 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                            f"{getattr(tutorial, field)} for tutorial)")
     group.add_argument("--dropout", type=rate, metavar="RATE", default=default(None),
                        help=f"dropout rate (default: {CORPUS_DROPOUT_RATE} on real corpora, "
-                       "where short runs underfit: with the paper's 0.1, BLEU after 4 epochs was "
-                       "less than half, see BENCHMARKS.md; the preset's on the toy corpus, "
+                       "where short runs underfit and learnt much more without it, see "
+                       "BENCHMARKS.md; the preset's on the toy corpus, "
                        f"{toy.dropout_rate} for toy, {tutorial.dropout_rate} for tutorial)")
     group.add_argument("--normalize-first", action=argparse.BooleanOptionalAction,
                        default=default(None),
                        help="pre-norm layers, x + sublayer(LayerNorm(x)), instead of the "
-                       "paper's post-norm LayerNorm(x + sublayer(x)); on real text 4 epochs "
-                       "scored about 7 BLEU more, see BENCHMARKS.md (default: yes on real "
+                       "paper's post-norm LayerNorm(x + sublayer(x)); short runs on real "
+                       "text learnt much faster with it, see BENCHMARKS.md (default: yes on real "
                        "corpora; no, the paper's, for the toy corpus)")
 
     group = parser.add_argument_group("training")

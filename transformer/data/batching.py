@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from transformer._validation import check_positive_int
+from transformer._validation import check_max_tokens, check_positive_int
 from transformer.constants import PAD_ID
 from transformer.data.corpus import DataError, Pair
 
@@ -109,11 +109,7 @@ def tokenize_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int) -> Tokeni
     tokenized.num_trimmed  # 0 for the toy corpus
     ```
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
-        raise ValueError(
-            "Received an invalid value for argument `max_tokens`, expected an integer "
-            f"of at least 2 (room for [START] and [END]). Received: max_tokens={max_tokens!r}"
-        )
+    check_max_tokens(max_tokens)
     if len(pairs) == 0:
         raise DataError("Cannot make batches from an empty list of sentence pairs.")
     sources, targets = [], []

@@ -40,6 +40,7 @@ import dataclasses
 import logging
 import random
 
+from transformer._validation import check_non_negative_int, check_positive_int
 from transformer.data.corpus import Corpus, DataError, Pair
 from transformer.data.tsv import write_tsv
 
@@ -323,7 +324,7 @@ def sample_toy_pairs(n: int, seed: int = 0) -> list[Pair]:
     >>> sample_toy_pairs(1, seed=3)  # doctest: +SKIP
     [('a menina não come o ovo', 'the girl does not eat the egg')]
     """
-    _check_count("n", n)
+    check_positive_int("n", n)
     sampler = _Sampler(random.Random(seed))
     pairs = []
     while len(pairs) < n:
@@ -358,7 +359,7 @@ def generate_toy_corpus(
     {'train': 100, 'valid': 10, 'test': 10}
     """
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
-        _check_count(name, value, allow_zero=True)
+        check_non_negative_int(name, value)
     total = n_train + n_valid + n_test
     sampler = _Sampler(random.Random(seed))
     seen: set[str] = set()
@@ -483,15 +484,6 @@ def count_toy_sentences() -> int:
         endings.append(combine({len(words): 1}, lengths(nouns, False, contracts_with)))
     sentences = combine(subjects, union(*predicates), union(*endings))
     return sum(n for length, n in sentences.items() if MIN_WORDS <= length <= MAX_WORDS)
-
-
-def _check_count(name: str, value, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
-        kind = "non-negative" if allow_zero else "positive"
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a {kind} "
-            f"integer. Received: {name}={value!r}"
-        )
 
 
 def main(argv: list[str] | None = None) -> int:

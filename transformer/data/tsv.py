@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from transformer._validation import check_non_negative_int, check_rate
 from transformer.data.corpus import Corpus, DataError, Pair
 
 logger = logging.getLogger(__name__)
@@ -64,14 +65,6 @@ class TsvStats:
     blank: int = 0
     skipped: int = 0
     first_bad_line: str | None = None
-
-
-def _check_column(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise DataError(
-            f"Received an invalid value for argument `{name}`, expected a non-negative "
-            f"integer (columns count from 0). Received: {name}={value!r}"
-        )
 
 
 def _open_checked(path: Path):
@@ -163,8 +156,8 @@ def read_tsv_with_stats(
     print(len(pairs), "pairs,", stats.skipped, "bad lines skipped")
     ```
     """
-    _check_column("source_column", source_column)
-    _check_column("target_column", target_column)
+    for name, column in (("source_column", source_column), ("target_column", target_column)):
+        check_non_negative_int(name, column, error=DataError, note=" (columns count from 0)")
     if source_column == target_column:
         raise DataError(
             "Received invalid values for arguments `source_column` and `target_column`, "
@@ -308,14 +301,6 @@ def write_tsv(pairs: Iterable[Pair], path) -> None:
         raise DataError(f"{path}: cannot be written ({error.strerror or error}).") from None
 
 
-def _check_fraction(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise DataError(
-            f"Received an invalid value for argument `{name}`, expected a float in [0, 1). "
-            f"Received: {name}={value!r}"
-        )
-
-
 def split_pairs(
     pairs: list[Pair],
     valid_fraction: float = 0.05,
@@ -345,8 +330,8 @@ def split_pairs(
     >>> corpus.sizes()
     {'train': 80, 'valid': 10, 'test': 10}
     """
-    _check_fraction("valid_fraction", valid_fraction)
-    _check_fraction("test_fraction", test_fraction)
+    check_rate("valid_fraction", valid_fraction, error=DataError)
+    check_rate("test_fraction", test_fraction, error=DataError)
     if valid_fraction + test_fraction >= 1:
         raise DataError(
             "Received invalid values for arguments `valid_fraction` and `test_fraction`, "

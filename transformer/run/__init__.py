@@ -4,7 +4,8 @@ What `train.py` does, as a library; the paper's part of training (schedule,
 loss, accuracy) is `transformer.training`, the run directory's layout is
 `transformer.rundir`.
 
-- `config`: `RunConfig` (what `config.json` holds) and the data-dependent defaults.
+- `config`: `RunConfig` (what `config.json` holds), its checks and resume rules.
+- `recipes`: the dataset-dependent defaults and the rule sizing a real corpus's run.
 - `precision`: the Keras dtype policies and the default for this CPU.
 - `distribute`: the `tf.distribute` strategies (one device, mirrored, multi-worker).
 - `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, time budget,
@@ -23,8 +24,8 @@ result.evaluation.exact_match, result.evaluation.bleu
 ```
 
 The names below are imported on first use: importing a submodule that needs
-no TensorFlow (`transformer.run.config`, `transformer.run.precision`) does not
-import it, so that `train.py` parses its options before TensorFlow starts.
+no TensorFlow (`transformer.run.config`, `transformer.run.recipes`,
+`transformer.run.precision`) does not import it, so that `train.py` parses its options before TensorFlow starts.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ _EXPORTS = {
     "TrainingError": "callbacks",
     "optimizer_step": "callbacks",
     "CONFIG_FORMAT_VERSION": "config",
-    "CORPUS_DEFAULTS": "config",
+    "CORPUS_DEFAULTS": "recipes",
     "DEFAULT_RUNS_DIR": "config",
     "RESUMABLE_FIELDS": "config",
-    "TOY_DEFAULTS": "config",
+    "TOY_DEFAULTS": "recipes",
     "RunConfig": "config",
-    "dataset_defaults": "config",
+    "dataset_defaults": "recipes",
+    "default_model": "recipes",
+    "size_epochs_and_batches": "recipes",
     "STRATEGIES": "distribute",
     "make_strategy": "distribute",
     "Evaluation": "evaluation",

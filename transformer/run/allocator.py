@@ -6,8 +6,8 @@ serves blocks above its mmap threshold with fresh `mmap` pages and unmaps them
 when they are freed, and it returns the top of its heap to the kernel as soon
 as more than its trim threshold is free. Batches of varying shapes (the
 token-budget batches of section 5.1) keep defeating its adaptive threshold, so
-every step pays page faults on zeroed pages: a third to a half of the step's
-CPU time went to the kernel (BENCHMARKS.md, "Training speed on real text").
+every step pays page faults on zeroed pages, and much of the step's CPU
+time goes to the kernel (BENCHMARKS.md, "Training speed on real text").
 Raising both thresholds keeps the memory in the process for the next step.
 """
 

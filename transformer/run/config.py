@@ -9,9 +9,11 @@ from typing import Any
 
 from transformer import rundir
 from transformer._validation import (
-    check_label_smoothing,
     check_learning_rate,
+    check_max_tokens,
+    check_non_negative_int,
     check_positive_int,
+    check_rate,
 )
 from transformer.constants import (
     PAPER_LEARNING_RATE,
@@ -23,6 +25,7 @@ from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
 from transformer.run.precision import PRECISIONS
+from transformer.run.recipes import dataset_defaults, default_model
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
@@ -58,141 +61,13 @@ RESUMABLE_FIELDS = frozenset(
 )
 
 
-# The defaults that depend on the data, in one place. The toy corpus is small
-# and regular: the `toy` model learns it in four passes (1252 steps of 64
-# pairs) with a short warm-up; three passes gave 96.4-98.8% exact match on its
-# test split over seeds 0-2, four leave a margin above 95%; its batches are
-# `batch_size` pairs. Real corpora get the tutorial's model, epochs and a
-# token budget per batch sized from the corpus when the run reads it
-# (`size_epochs_and_batches`: as many tokens as `batch_size` pairs of mean
-# length), one SentencePiece vocabulary for both languages with the
-# embeddings tied (section 3.4), and the paper's schedule with its warm-up fit to the run: a
-# run shorter than `warmup_steps` rises linearly to the paper's peak,
-# `(d_model * warmup_steps)^-0.5`, at its last step instead of stopping
-# partway up (`CustomSchedule(total_steps=...)`). On real text the number of
-# updates mattered most: budgets of 32 pairs instead of the tutorial's 64 made
-# twice the updates in about the same seconds per epoch and added about 5
-# BLEU at equal epochs (16 pairs, or random batches, learnt a little more per
-# epoch but took 1.5 times the seconds);
-# tying added about 6 BLEU; a cooldown at the end did worse; label smoothing
-# (section 5.4) cost 2-3 BLEU in such short runs (two seeds), as did averaging
-# the last checkpoints (section 6.1), so neither is used: BENCHMARKS.md, "Real
-# text". The test split is translated with the paper's beam search (beam 4).
-# Both use SentencePiece, so that translations keep case, accents and
-# punctuation. On the toy corpus it learns byte-pair merges rather than its
-# unigram model: a unigram vocabulary of so small a text stops at about 120
-# Portuguese and 90 English pieces and spells English words in letters ("▁b l
-# a c k"), while BPE makes every word of the grammar one piece (about 440 and
-# 320 pieces), so that each row and column of an attention map is a word.
-TOY_DEFAULTS = {
-    "preset": "toy", "batch_size": 64, "epochs": 4, "warmup_steps": 400, "tokenizer": "sentencepiece",
-    "subword_model": "bpe",
-    "shared_vocab": False, "batch_tokens": 0, "fit_warmup": True, "label_smoothing": 0.1,
-    "eval_beam_size": 1,
-}
-CORPUS_DEFAULTS = {
-    "preset": "tutorial", "batch_size": 32, "warmup_steps": 4000, "tokenizer": "sentencepiece",
-    "subword_model": "unigram", "shared_vocab": True, "fit_warmup": True, "label_smoothing": 0.0, "eval_beam_size": 4,
-}
-
-# Sizing a real corpus's run (`size_epochs_and_batches`): enough passes to see
-# about TARGET_PAIRS_SEEN sentence pairs, between MIN_EPOCHS and MAX_EPOCHS.
-# 200,000 with post-norm layers; pre-norm steps cost about a tenth more, so
-# 180,000 keeps a run of the tutorial's size in about the same seconds.
-TARGET_PAIRS_SEEN = 180_000
-MIN_EPOCHS, MAX_EPOCHS = 2, 20
-
-
-# Real corpora train the preset's model without dropout: runs of a few
-# thousand steps underfit (validation accuracy at or above training accuracy),
-# and with the presets' 0.1 (the paper's P_drop, section 5.4) BLEU after 4
-# epochs on the development corpus was less than half of BLEU without it
-# (BENCHMARKS.md, "Real text: no dropout").
-# The toy corpus keeps its preset's dropout. `--dropout` sets it either way.
-CORPUS_DROPOUT_RATE = 0.0
-
-# Real corpora train pre-norm layers (`Transformer(normalize_first=True)`,
-# Xiong et al., 2020), not the paper's post-norm: with everything else the
-# same, 4 epochs of the development corpus went from about 19 to 26 BLEU
-# (BENCHMARKS.md, "Real text: pre-norm"). The toy corpus keeps the paper's
-# post-norm. `--normalize-first` / `--no-normalize-first` sets it either way.
-CORPUS_NORMALIZE_FIRST = True
-
-
-def _is_toy(dataset: str, data) -> bool:
-    return data is None and dataset == "toy"
-
-
-def default_model(preset: str, dataset: str = "toy", data=None,
-                  **overrides: Any) -> TransformerConfig:
-    """The preset's model with `overrides` (None values are not given); on real
-    corpora `dropout_rate` defaults to `CORPUS_DROPOUT_RATE` and
-    `normalize_first` to `CORPUS_NORMALIZE_FIRST`.
-
-    Example:
-
-    >>> default_model("tutorial", data="pairs.tsv").dropout_rate
-    0.0
-    >>> default_model("tutorial", data="pairs.tsv").normalize_first
-    True
-    >>> default_model("toy").dropout_rate == PRESETS["toy"].dropout_rate
-    True
-    >>> default_model("toy").normalize_first
-    False
-    """
-    if not _is_toy(dataset, data):
-        for field, value in (("dropout_rate", CORPUS_DROPOUT_RATE),
-                             ("normalize_first", CORPUS_NORMALIZE_FIRST)):
-            if overrides.get(field) is None:
-                overrides[field] = value
-    return TransformerConfig.from_preset(preset, **overrides)
-
-
-def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
-    """The settings that depend on the dataset, when not given.
-
-    Example:
-
-    >>> dataset_defaults("toy")["epochs"]
-    4
-    """
-    return dict(TOY_DEFAULTS if _is_toy(dataset, data) else CORPUS_DEFAULTS)
-
-
-def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config: RunConfig) -> dict:
-    """The run's `epochs` and `batch_tokens` where they are None.
-
-    Args:
-        num_pairs: training pairs.
-        mean_tokens: mean padded length of a pair (tokens of its longer side).
-        config: the run's settings; given values are kept.
-
-    Returns:
-        The values to set (only those that were None).
-
-    Example:
-
-    >>> config = RunConfig(data="pairs.tsv", test="t.tsv")  # doctest: +SKIP
-    >>> size_epochs_and_batches(26_000, 9.0, config)  # doctest: +SKIP
-    {'epochs': 8, 'batch_tokens': 288}
-    """
-    sized = {}
-    if config.epochs is None and config.time_budget is not None:
-        sized["epochs"] = MAX_EPOCHS  # the budget decides; this is only the cap
-    elif config.epochs is None:
-        epochs = round(TARGET_PAIRS_SEEN / max(num_pairs, 1))
-        sized["epochs"] = min(MAX_EPOCHS, max(MIN_EPOCHS, epochs))
-    if config.batch_tokens is None:
-        # As many real tokens per update as `batch_size` pairs of mean length,
-        # without the padding (one device; a distributed run splits fixed batches).
-        single = config.strategy == "default"
-        sized["batch_tokens"] = max(1, round(config.batch_size * mean_tokens)) if single else 0
-    return sized
-
-
 @dataclasses.dataclass
 class RunConfig:
     """Everything that defines a training run; `config.json` holds `to_dict()`.
+
+    "None: the dataset's default" below means the value of
+    `transformer.run.recipes.dataset_defaults`, where each default is stated
+    with its reason.
 
     Data:
         dataset: `"toy"` (generated, offline) or `"ted_hrlr_translate/pt_to_en"`
@@ -205,7 +80,9 @@ class RunConfig:
         tfds_data_dir: TFDS' data directory (its default when None).
         max_tokens: longest source in tokens (longer pairs are trimmed, keeping
             `[END]`); None means the model's `max_length`.
-        vocab_size: the largest subword vocabulary per language.
+        vocab_size: the largest subword vocabulary: the one shared by both
+            languages with `shared_vocab` (the default on real corpora), else
+            each language's.
         tokenizer: `"sentencepiece"` (reversible: translations keep case,
             accents and punctuation) or `"wordpiece"` (the tutorial's
             `BertTokenizer`: lower-cases, strips accents, splits punctuation).
@@ -221,31 +98,30 @@ class RunConfig:
             `tie_embeddings`). None: the dataset's default.
 
     Model:
-        preset: a name of `transformer.model.PRESETS`; by default `toy` for
-            the toy corpus and `tutorial` for real data (`dataset_defaults`).
+        preset: a name of `transformer.model_config.PRESETS`. None: the
+            dataset's default (`transformer.run.recipes`).
         model: a `TransformerConfig`; the preset's when None (`default_model`:
-            without dropout on real corpora).
+            without dropout and with pre-norm layers on real corpora).
 
     Training:
         batch_size: global batch size (split across replicas); with token
             budgets it sizes their budget (`size_epochs_and_batches`). None:
-            the dataset's default, 64 pairs for the toy corpus, 32 for real
-            corpora.
-        epochs: epochs to train (default: `dataset_defaults`, or sized from
-            the corpus by `size_epochs_and_batches`; `MAX_EPOCHS` with a
+            the dataset's default.
+        epochs: epochs to train. None: the dataset's default, or sized from
+            the corpus by `size_epochs_and_batches` (`MAX_EPOCHS` with a
             `time_budget`).
         time_budget: seconds of training (validation included, evaluation
             and export not), counted over resumed sessions: training stops at
             the first step past it, or after `epochs`, whichever comes first.
-            None trains all `epochs`. The paper's schedule does not depend on
-            the run's length, so the budget only decides where it stops.
+            None trains all `epochs`. With `fit_warmup`, a warm-up longer
+            than the budget ends when the budget does (`TrainingClock`).
         steps_per_epoch: updates per epoch; None means one pass over the
             training pairs. `config.json` stores the resolved number.
         batch_tokens: the most (padded) tokens per batch and side: pairs of
             about equal length are batched together (section 5.1), so almost
             no padding is computed; 0 means batches of `batch_size` pairs.
             None: sized by `size_epochs_and_batches`.
-        warmup_steps: `CustomSchedule`'s warm-up (default: `dataset_defaults`).
+        warmup_steps: `CustomSchedule`'s warm-up. None: the dataset's default.
         learning_rate: `CustomSchedule`'s peak, or `"paper"` (the default) for
             the paper's `(d_model * warmup_steps)^-0.5`.
         fit_warmup: a run shorter than `warmup_steps` (in steps, or by its
@@ -254,7 +130,7 @@ class RunConfig:
             warm-up, which such a run never finishes. None: the dataset's
             default.
         label_smoothing: `eps` of section 5.4 (0.1 in the paper). None: the
-            dataset's default (0.1 for the toy corpus, 0 otherwise).
+            dataset's default.
         seed: fixes the corpus, the tokenizers, the initial weights and the
             data order.
         checkpoint_every: save the training state every this many updates (and
@@ -467,14 +343,6 @@ def _check_choice(name: str, value, options) -> None:
         )
 
 
-def _check_non_negative(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a "
-            f"non-negative integer. Received: {name}={value!r}"
-        )
-
-
 def _check_choices(config: RunConfig) -> None:
     """`dataset` (without `data`), `preset`, `precision`, `strategy` and the tokenizer."""
     if config.data is None:
@@ -502,10 +370,10 @@ def _check_numbers(config: RunConfig) -> None:
         if getattr(config, name) is not None:
             check_positive_int(name, getattr(config, name))
     if config.batch_tokens is not None:
-        _check_non_negative("batch_tokens", config.batch_tokens)
+        check_non_negative_int("batch_tokens", config.batch_tokens)
     for name in ("source_column", "target_column", "num_examples", "seed"):
-        _check_non_negative(name, getattr(config, name))
-    check_label_smoothing(config.label_smoothing)
+        check_non_negative_int(name, getattr(config, name))
+    check_rate("label_smoothing", config.label_smoothing)
     budget = config.time_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                or not 0 < budget < math.inf):
@@ -526,12 +394,7 @@ def _check_max_tokens(max_tokens, max_length: int) -> None:
     """None, or room for [START] and [END] within the model's positional encoding."""
     if max_tokens is None:
         return
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
-        raise ValueError(
-            "Received an invalid value for argument `max_tokens`, expected an "
-            "integer of at least 2 (room for [START] and [END]). Received: "
-            f"max_tokens={max_tokens!r}"
-        )
+    check_max_tokens(max_tokens)
     if max_tokens > max_length:
         raise ValueError(
             "Received an invalid value for argument `max_tokens`, expected at most "

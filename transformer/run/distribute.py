@@ -22,6 +22,7 @@ import os
 
 import tensorflow as tf
 
+from transformer._validation import check_positive_int
 from transformer.constants import STRATEGIES
 
 logger = logging.getLogger(__name__)
@@ -35,11 +36,7 @@ def configure_cpu_devices(count: int | None) -> None:
     """
     if not count or count == 1:
         return
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(
-            "Received an invalid value for argument `cpu_devices`, expected a positive "
-            f"integer. Received: cpu_devices={count!r}"
-        )
+    check_positive_int("cpu_devices", count)
     cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(

@@ -30,7 +30,7 @@ def default_precision(flags: set[str] | None = None) -> str:
     range, so it needs no loss scaling; variables stay float32.
 
     AVX-512 BF16 alone (`avx512_bf16`, without AMX) is not enough: its
-    bfloat16 matrix products run at about half the float32 rate, so a
+    bfloat16 matrix products run slower than float32's, so a
     `mixed_bfloat16` step is slower than a float32 one there (measurements in
     BENCHMARKS.md, "Training speed", and bench/TRAIN_SPEED.md).
 

@@ -48,11 +48,7 @@ from transformer.run.callbacks import (
     optimizer_step,
 )
 from transformer.run.checkpoints import average_last_checkpoints, open_checkpoints
-from transformer.run.config import (
-    CONFIG_FORMAT_VERSION,
-    RunConfig,
-    size_epochs_and_batches,
-)
+from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
 from transformer.run.directory import (
     check_resume,
     prepare_run_dir,
@@ -66,6 +62,7 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
+from transformer.run.recipes import size_epochs_and_batches
 from transformer.training import (
     MaskedLoss,
     learning_rate_schedule,
@@ -571,8 +568,8 @@ def _create_metric_variables(model, batches: tf.data.Dataset) -> None:
     """Creates the compiled metrics' variables before `fit` traces its step.
 
     Keras creates them while it traces the first training step, and a
-    `tf.function` that creates variables is traced twice: about 15 s more for
-    the tutorial preset on two CPU cores. Evaluating one batch creates them
+    `tf.function` that creates variables is traced twice, which delays the
+    first step by a whole extra trace. Evaluating one batch creates them
     first (and traces the evaluation step, which validation traces anyway).
     """
     model.evaluate(batches.take(1), steps=1, verbose=0)

@@ -1,0 +1,156 @@
+"""The dataset recipes and the sizing rule: what a run uses when it is not told.
+
+Two recipes: the toy corpus (small and regular, learnt in a few passes) and a
+real corpus (a TSV file or the tutorial's TFDS dataset). `RunConfig` fills its
+unset fields from `dataset_defaults`, builds its model with `default_model`,
+and the trainer sizes `epochs` and `batch_tokens` with `size_epochs_and_batches`
+once it has read the corpus. The measurements behind each choice are in
+BENCHMARKS.md (its summary at the top names the section of each). Plain Python:
+no TensorFlow at import, so the train CLI can print them in `--help`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformer.model_config import TransformerConfig
+
+TOY_DEFAULTS = {
+    # The small `toy` model: the toy grammar needs no more.
+    "preset": "toy",
+    # Pairs per batch: the tutorial's batch size.
+    "batch_size": 64,
+    # Passes over the corpus: enough for the exact-match target, with a margin.
+    "epochs": 4,
+    # A short warm-up, since the whole run is about a thousand steps.
+    "warmup_steps": 400,
+    # Reversible subwords: translations keep case, accents and punctuation.
+    "tokenizer": "sentencepiece",
+    # Byte-pair merges make every toy word one piece (a unigram model of so small
+    # a text spells words in letters), so attention maps read word by word.
+    "subword_model": "bpe",
+    # Two vocabularies, as in the tutorial.
+    "shared_vocab": False,
+    # Batches of `batch_size` pairs rather than token budgets.
+    "batch_tokens": 0,
+    # A run shorter than `warmup_steps` warms up over its whole length.
+    "fit_warmup": True,
+    # The paper's label smoothing (section 5.4).
+    "label_smoothing": 0.1,
+    # Greedy decoding: the toy corpus has one right translation.
+    "eval_beam_size": 1,
+}
+
+CORPUS_DEFAULTS = {
+    # The tutorial's model.
+    "preset": "tutorial",
+    # Half the tutorial's pairs per update: twice the updates in about the same time.
+    "batch_size": 32,
+    # The paper's warm-up (section 5.3); `fit_warmup` shortens it for short runs.
+    "warmup_steps": 4000,
+    # Reversible subwords: translations keep case, accents and punctuation.
+    "tokenizer": "sentencepiece",
+    # SentencePiece's own default model.
+    "subword_model": "unigram",
+    # One vocabulary for both languages, embeddings tied (section 3.4): learnt faster.
+    "shared_vocab": True,
+    # A run shorter than the warm-up rises to the paper's peak at its last step
+    # instead of stopping partway up (`CustomSchedule(total_steps=...)`).
+    "fit_warmup": True,
+    # No label smoothing: in runs of a few thousand steps it lowered BLEU.
+    "label_smoothing": 0.0,
+    # The paper's beam search (section 6.1) for the test split.
+    "eval_beam_size": 4,
+}
+# Not in CORPUS_DEFAULTS: `epochs` and `batch_tokens`, sized from the corpus
+# (`size_epochs_and_batches`), and averaging, off for every dataset
+# (`RunConfig.average_checkpoints`): in short runs still improving it lowered BLEU.
+
+# Real corpora train without dropout: runs of a few thousand steps underfit
+# (validation accuracy at or above training accuracy). `--dropout` sets it.
+CORPUS_DROPOUT_RATE = 0.0
+
+# Real corpora train pre-norm layers (Xiong et al., 2020), which learnt much
+# faster than the paper's post-norm in short runs; the toy corpus keeps the
+# paper's. `--normalize-first` / `--no-normalize-first` sets it either way.
+CORPUS_NORMALIZE_FIRST = True
+
+# Sizing a real corpus's run: enough passes to see about TARGET_PAIRS_SEEN
+# sentence pairs, between MIN_EPOCHS and MAX_EPOCHS. The target was lowered when
+# pre-norm layers made each step dearer, so that a run takes about as long as
+# before (BENCHMARKS.md, "Real text: pre-norm").
+TARGET_PAIRS_SEEN = 180_000
+MIN_EPOCHS, MAX_EPOCHS = 2, 20
+
+
+def _is_toy(dataset: str, data) -> bool:
+    return data is None and dataset == "toy"
+
+
+def default_model(preset: str, dataset: str = "toy", data=None,
+                  **overrides: Any) -> TransformerConfig:
+    """The preset's model with `overrides` (None values are not given); on real
+    corpora `dropout_rate` defaults to `CORPUS_DROPOUT_RATE` and
+    `normalize_first` to `CORPUS_NORMALIZE_FIRST`.
+
+    Example:
+
+    >>> default_model("tutorial", data="pairs.tsv").dropout_rate
+    0.0
+    >>> default_model("tutorial", data="pairs.tsv").normalize_first
+    True
+    >>> from transformer.model_config import PRESETS
+    >>> default_model("toy").dropout_rate == PRESETS["toy"].dropout_rate
+    True
+    >>> default_model("toy").normalize_first
+    False
+    """
+    if not _is_toy(dataset, data):
+        for field, value in (("dropout_rate", CORPUS_DROPOUT_RATE),
+                             ("normalize_first", CORPUS_NORMALIZE_FIRST)):
+            if overrides.get(field) is None:
+                overrides[field] = value
+    return TransformerConfig.from_preset(preset, **overrides)
+
+
+def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
+    """The settings that depend on the dataset, when not given.
+
+    Example:
+
+    >>> dataset_defaults("toy")["epochs"]
+    4
+    """
+    return dict(TOY_DEFAULTS if _is_toy(dataset, data) else CORPUS_DEFAULTS)
+
+
+def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config) -> dict:
+    """The run's `epochs` and `batch_tokens` where they are None.
+
+    Args:
+        num_pairs: training pairs.
+        mean_tokens: mean padded length of a pair (tokens of its longer side).
+        config: the run's settings (a `RunConfig`); given values are kept.
+
+    Returns:
+        The values to set (only those that were None).
+
+    Example (180,000 / 26,000 pairs rounds to 7 epochs; 32 pairs of 9 tokens):
+
+    >>> from transformer.run.config import RunConfig
+    >>> config = RunConfig(data="pairs.tsv", test="t.tsv")
+    >>> size_epochs_and_batches(26_000, 9.0, config)
+    {'epochs': 7, 'batch_tokens': 288}
+    """
+    sized = {}
+    if config.epochs is None and config.time_budget is not None:
+        sized["epochs"] = MAX_EPOCHS  # the budget decides; this is only the cap
+    elif config.epochs is None:
+        epochs = round(TARGET_PAIRS_SEEN / max(num_pairs, 1))
+        sized["epochs"] = min(MAX_EPOCHS, max(MIN_EPOCHS, epochs))
+    if config.batch_tokens is None:
+        # As many real tokens per update as `batch_size` pairs of mean length,
+        # without the padding (one device; a distributed run splits fixed batches).
+        single = config.strategy == "default"
+        sized["batch_tokens"] = max(1, round(config.batch_size * mean_tokens)) if single else 0
+    return sized
