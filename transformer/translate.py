@@ -213,7 +213,7 @@ class Translator:
     >>> text, tokens, attention_weights = translator("o gato preto come o bolo")
     >>> results = translator(["o gato", "os meninos não dormem"], beam_size=4)
     >>> best_three = translator("o gato", n_best=3)           # beam of 4, best first
-    >>> sampled = translator("o gato", top_p=0.9, seed=1)      # the same for seed 1
+    >>> sampled = translator("o gato", top_p=0.9, seed=1)      # the same seed gives the same sample
     """
 
     def __init__(self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,
