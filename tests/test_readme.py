@@ -7,7 +7,7 @@ substitutions:
 - `runs/toy` is the session's tiny trained run (tests/conftest.py `tiny_run`);
 - every `python train.py` gets tiny settings and its own `--output-dir`
   appended (later options win), and the data files the README names
-  (`pairs.tsv`, `train.tsv`, `dev.tsv`, `test.tsv`) are small toy corpora;
+  (`train.tsv`, `valid.tsv`, `test.tsv`) are small toy corpora;
 - `transformer-train` and `transformer-translate` run their entry points
   (`transformer.cli.*:main`) with this checkout's Python, installed or not.
 
@@ -112,8 +112,6 @@ def workspace(tmp_path_factory):
         (root / name).symlink_to(REPO / name)
     (root / "docs").mkdir()
     write_toy_tsv(root, seed=1)  # train.tsv, valid.tsv, test.tsv
-    (root / "valid.tsv").rename(root / "dev.tsv")
-    (root / "pairs.tsv").write_text((root / "train.tsv").read_text())
     return root
 
 
