@@ -228,6 +228,53 @@ def test_resume_help_names_exactly_the_options_that_may_change():
     assert "--precision included" in resume.help
 
 
+def _help_of(parser, flag):
+    (action,) = [a for a in parser._actions if flag in a.option_strings]
+    return action.help
+
+
+def test_the_options_and_their_help_come_from_the_schema():
+    import dataclasses
+
+    from transformer.cli.train import build_parser
+    from transformer.model_config import TransformerConfig
+    from transformer.options import option_flag, setting
+    from transformer.run.config import RunConfig
+    from transformer.run.recipes import CORPUS_DEFAULTS, TOY_DEFAULTS
+
+    parser = build_parser()
+    flags = {option for action in parser._actions for option in action.option_strings}
+    for cls in (RunConfig, TransformerConfig):
+        for field in dataclasses.fields(cls):
+            flag = option_flag(field)
+            if flag:  # a setting with an option: its meaning is its help
+                assert flag in flags
+                assert _help_of(parser, flag).startswith(cls.describe(field.name)
+                                                         if cls is RunConfig else
+                                                         field.metadata["setting"].help)
+    # The defaults in the help are the recipes' and the fields' own values.
+    assert (f"(default: {TOY_DEFAULTS['batch_size']} for the toy corpus, "
+            f"{CORPUS_DEFAULTS['batch_size']} otherwise)") in _help_of(parser, "--batch-size")
+    assert "(default: 8000)" in _help_of(parser, "--vocab-size")
+    assert "2 for toy, 4 for tutorial" in _help_of(parser, "--num-layers")
+
+    # A setting added to the schema is an option, its help and default generated.
+    @dataclasses.dataclass
+    class Extended(RunConfig):
+        patience: int = setting(3, "epochs without improvement before stopping",
+                                section="schedule", kind="positive_int", metavar="N")
+        undocumented: float = 0.5
+
+    extended = build_parser(schema=Extended)
+    assert (_help_of(extended, "--patience")
+            == "epochs without improvement before stopping (default: 3)")
+    assert extended.parse_args(["--patience", "7"]).patience == 7
+    assert extended.parse_args([]).undocumented == 0.5
+    assert "--patience N" in extended.format_help()
+    assert "--undocumented" in extended.format_help()
+    assert "--patience" not in parser.format_help()
+
+
 def test_dropout_defaults_to_zero_on_real_corpora_and_keeps_a_given_rate(tmp_path):
     from transformer.cli.train import _config_from_args, build_parser
 

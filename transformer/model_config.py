@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
+from transformer.options import setting
 
 
 @dataclasses.dataclass
@@ -28,17 +29,28 @@ class TransformerConfig:
     (4, 128, 0.2)
     """
 
-    num_layers: int = 4
-    d_model: int = 128
-    num_heads: int = 8
-    dff: int = 512
-    dropout_rate: float = 0.1
-    max_length: int = 128
+    num_layers: int = setting(4, "encoder and decoder layers, N (section 3.1)",
+                              section="model", kind="positive_int", metavar="N")
+    d_model: int = setting(128, "width of the embeddings and of every sublayer's output",
+                           section="model", kind="positive_int", metavar="N")
+    num_heads: int = setting(8, "attention heads, h (section 3.2.2); must divide d_model",
+                             section="model", kind="positive_int", metavar="N")
+    dff: int = setting(512, "inner width of the feed-forward sublayers (section 3.3)",
+                       section="model", kind="positive_int", metavar="N")
+    dropout_rate: float = setting(
+        0.1, "dropout rate (section 5.4); real corpora train without it: short runs "
+        "underfit and learnt much more without it, see BENCHMARKS.md", section="model",
+        kind="rate", flag="--dropout", metavar="RATE")
+    max_length: int = setting(128, "rows of the positional encoding: the longest sequence",
+                              section="model", flag="")
     # One weight matrix for both embeddings and the pre-softmax projection
-    # (section 3.4); needs a shared vocabulary.
-    tie_embeddings: bool = False
-    # Pre-norm sublayers instead of the paper's post-norm (`transformer.layers`).
-    normalize_first: bool = False
+    # (section 3.4); needs a shared vocabulary (`RunConfig.shared_vocab` sets it).
+    tie_embeddings: bool = setting(False, "tie the embeddings and the pre-softmax weights",
+                                   section="model", flag="")
+    normalize_first: bool = setting(
+        False, "pre-norm layers, x + sublayer(LayerNorm(x)), instead of the paper's "
+        "post-norm LayerNorm(x + sublayer(x)); short runs on real text learnt much faster "
+        "with it, see BENCHMARKS.md", section="model", kind="switch")
 
     def __post_init__(self):
         for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):

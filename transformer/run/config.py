@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from transformer import rundir
+from transformer import options, rundir
 from transformer._validation import (
     check_learning_rate,
     check_max_tokens,
@@ -16,6 +16,7 @@ from transformer._validation import (
     check_rate,
 )
 from transformer.constants import (
+    DEFAULT_ALPHA,
     PAPER_LEARNING_RATE,
     SENTENCEPIECE_MODEL_TYPES,
     STRATEGIES,
@@ -23,9 +24,10 @@ from transformer.constants import (
 )
 from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS, TransformerConfig
+from transformer.options import setting
 from transformer.run.fingerprint import FINGERPRINT_KEY
-from transformer.run.precision import PRECISIONS
-from transformer.run.recipes import dataset_defaults, default_model
+from transformer.run.precision import PRECISIONS, default_precision, explain_default_precision
+from transformer.run.recipes import MAX_EPOCHS, dataset_defaults, default_model
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
@@ -65,140 +67,180 @@ RESUMABLE_FIELDS = frozenset(
 class RunConfig:
     """Everything that defines a training run; `config.json` holds `to_dict()`.
 
-    "None: the dataset's default" below means the value of
-    `transformer.run.recipes.dataset_defaults`, where each default is stated
-    with its reason.
-
-    Data:
-        dataset: `"toy"` (generated, offline) or `"ted_hrlr_translate/pt_to_en"`
-            (TFDS); ignored when `data` is given.
-        data, valid, test: tab-separated files of sentence pairs. Without
-            `valid`/`test`, validation and test pairs are split off `data`.
-        source_column, target_column: the TSV columns (from 0).
-        skip_bad_lines: skip malformed TSV lines instead of stopping.
-        download: let TFDS download a dataset that is not on disk yet.
-        tfds_data_dir: TFDS' data directory (its default when None).
-        max_tokens: longest source in tokens (longer pairs are trimmed, keeping
-            `[END]`); None means the model's `max_length`.
-        vocab_size: the largest subword vocabulary: the one shared by both
-            languages with `shared_vocab` (the default on real corpora), else
-            each language's.
-        tokenizer: `"sentencepiece"` (reversible: translations keep case,
-            accents and punctuation) or `"wordpiece"` (the tutorial's
-            `BertTokenizer`: lower-cases, strips accents, splits punctuation).
-        subword_model: what SentencePiece learns, one of
-            `transformer.constants.SENTENCEPIECE_MODEL_TYPES`: `"unigram"` (real
-            corpora) or `"bpe"` (the toy corpus: one piece per word); ignored
-            by WordPiece. None: the dataset's default.
-        lower_case: lower-case text (and, for WordPiece, strip accents) before
-            tokenizing; None means True for WordPiece, False for SentencePiece.
-        shared_vocab: one SentencePiece vocabulary learnt from both languages,
-            with the source embedding, the target embedding and the
-            pre-softmax weights tied (section 3.4; sets the model's
-            `tie_embeddings`). None: the dataset's default.
-
-    Model:
-        preset: a name of `transformer.model_config.PRESETS`. None: the
-            dataset's default (`transformer.run.recipes`).
-        model: a `TransformerConfig`; the preset's when None (`default_model`:
-            without dropout and with pre-norm layers on real corpora).
-
-    Training:
-        batch_size: global batch size (split across replicas); with token
-            budgets it sizes their budget (`size_epochs_and_batches`). None:
-            the dataset's default.
-        epochs: epochs to train. None: the dataset's default, or sized from
-            the corpus by `size_epochs_and_batches` (`MAX_EPOCHS` with a
-            `time_budget`).
-        time_budget: seconds of training (validation included, evaluation
-            and export not), counted over resumed sessions: training stops at
-            the first step past it, or after `epochs`, whichever comes first.
-            None trains all `epochs`. With `fit_warmup`, a warm-up longer
-            than the budget ends when the budget does (`TrainingClock`).
-        steps_per_epoch: updates per epoch; None means one pass over the
-            training pairs. `config.json` stores the resolved number.
-        batch_tokens: the most (padded) tokens per batch and side: pairs of
-            about equal length are batched together (section 5.1), so almost
-            no padding is computed; 0 means batches of `batch_size` pairs.
-            None: sized by `size_epochs_and_batches`.
-        warmup_steps: `CustomSchedule`'s warm-up. None: the dataset's default.
-        learning_rate: `CustomSchedule`'s peak, or `"paper"` (the default) for
-            the paper's `(d_model * warmup_steps)^-0.5`.
-        fit_warmup: a run shorter than `warmup_steps` (in steps, or by its
-            `time_budget`) warms up over its whole length to the same peak
-            (`CustomSchedule`'s `total_steps`); False keeps the paper's
-            warm-up, which such a run never finishes. None: the dataset's
-            default.
-        label_smoothing: `eps` of section 5.4 (0.1 in the paper). None: the
-            dataset's default.
-        seed: fixes the corpus, the tokenizers, the initial weights and the
-            data order.
-        checkpoint_every: save the training state every this many updates (and
-            at the end of every epoch).
-        average_checkpoints: the trained model is the mean of the weights of
-            the last this many checkpoints (section 6.1); 1 keeps the final
-            weights.
-
-    Performance and scale:
-        precision: a Keras dtype policy, one of `PRECISIONS`.
-        jit_compile: compile the train step with XLA (recompiles for every new
-            batch shape).
-        strategy: one of `transformer.run.distribute.STRATEGIES`.
-        cpu_devices: split the CPU into this many logical devices.
-
-    Evaluation:
-        eval_batch_size: sentences per batch when translating the test split.
-        num_examples: example translations kept in the result.
+    The fields come in the sections of `transformer.options.SECTIONS` (data,
+    model, schedule, batches, run, performance, scale). Each one states its
+    meaning once, in its `setting(...)` below: `python train.py --help`
+    prints those texts with the defaults, and `RunConfig.describe(name)`
+    returns one. A default of None is resolved when the config is made:
+    from the dataset's recipe (`transformer.run.recipes.dataset_defaults`,
+    where each default is given with its reason), or, for `epochs`,
+    `batch_tokens` and `steps_per_epoch`, from the corpus once it is read
+    (the trainer's data stage makes the sized config, once); `max_tokens`
+    None means the model's `max_length`.
 
     Example:
 
     >>> config = RunConfig(output_dir="runs/tiny", preset="toy", epochs=1)
     >>> RunConfig.from_dict(config.to_dict()) == config
     True
+    >>> RunConfig.describe("seed")
+    'fixes the corpus, the tokenizers, the initial weights and the data order'
     """
 
-    output_dir: str | None = None
-    # Data.
-    dataset: str = "toy"
-    data: str | None = None
-    valid: str | None = None
-    test: str | None = None
-    source_column: int = 0
-    target_column: int = 1
-    skip_bad_lines: bool = False
-    download: bool = False
-    tfds_data_dir: str | None = None
-    max_tokens: int | None = None
-    vocab_size: int = 8000
-    tokenizer: str | None = None
-    subword_model: str | None = None
-    lower_case: bool | None = None
-    shared_vocab: bool | None = None
-    # Model.
-    preset: str | None = None
-    model: TransformerConfig | None = None
-    # Training.
-    batch_size: int | None = None
-    epochs: int | None = None
-    time_budget: float | None = None
-    steps_per_epoch: int | None = None
-    batch_tokens: int | None = None
-    warmup_steps: int | None = None
-    learning_rate: float | str = PAPER_LEARNING_RATE
-    fit_warmup: bool | None = None
-    label_smoothing: float | None = None
-    seed: int = 0
-    checkpoint_every: int = 200
-    # Performance and scale.
-    precision: str = "float32"
-    jit_compile: bool = False
-    strategy: str = "default"
-    cpu_devices: int | None = None
-    # Evaluation.
-    eval_batch_size: int = 128
-    eval_beam_size: int | None = None
-    average_checkpoints: int = 1
-    num_examples: int = 5
+    # -- data ----------------------------------------------------------------
+    dataset: str = setting(
+        "toy", "corpus when no --data is given: toy is generated offline; "
+        "ted_hrlr_translate/pt_to_en is the tutorial's, via TFDS",
+        section="data", kind="choice", choices=DATASETS)
+    data: str | None = setting(
+        None, "train on tab-separated sentence pairs", section="data", metavar="FILE.tsv")
+    valid: str | None = setting(
+        None, "validation pairs", section="data", metavar="FILE.tsv",
+        default_help="split off --data")
+    test: str | None = setting(
+        None, "test pairs", section="data", metavar="FILE.tsv",
+        default_help="split off --data")
+    source_column: int = setting(
+        0, "TSV column of the source sentence, from 0", section="data",
+        kind="non_negative_int", metavar="N")
+    target_column: int = setting(
+        1, "TSV column of the target sentence", section="data", kind="non_negative_int",
+        metavar="N")
+    skip_bad_lines: bool = setting(
+        False, "skip malformed TSV lines instead of stopping", section="data", kind="flag",
+        default_help="stop")
+    download: bool = setting(
+        False, "let TFDS download --dataset ted_hrlr_translate/pt_to_en if it is not on disk",
+        section="data", kind="flag", default_help="never download")
+    tfds_data_dir: str | None = setting(
+        None, "TFDS data directory", section="data", metavar="DIR",
+        default_help="TFDS' own, ~/tensorflow_datasets")
+    max_tokens: int | None = setting(
+        None, "longest sentence in tokens; longer ones are trimmed, keeping [END]",
+        section="data", kind="positive_int", metavar="N",
+        default_help="the model's max_length, {toy_preset.max_length} for toy, "
+        "{tutorial_preset.max_length} for tutorial")
+    vocab_size: int = setting(
+        8000, "largest subword vocabulary: the one both languages share with --shared-vocab "
+        "(the default on real corpora), else each language's", section="data",
+        kind="positive_int", metavar="N")
+    tokenizer: str | None = setting(
+        None, "subword tokenizer: sentencepiece keeps case, accents and punctuation, so "
+        "translations read as written text; wordpiece is the tutorial's BertTokenizer, "
+        "which lower-cases, strips accents and splits punctuation off (the boy ' s book)",
+        section="data", kind="choice", choices=TOKENIZER_KINDS)
+    subword_model: str | None = setting(
+        None, "what sentencepiece learns: bpe makes every toy word one piece, unigram is "
+        "SentencePiece's own default", section="data", kind="choice",
+        choices=SENTENCEPIECE_MODEL_TYPES)
+    lower_case: bool | None = setting(
+        None, "lower-case text (and, for WordPiece, strip accents) before tokenizing",
+        section="data", flag="", default_help="yes for wordpiece, no for sentencepiece")
+    shared_vocab: bool | None = setting(
+        None, "one SentencePiece vocabulary for both languages, with the two embeddings and "
+        "the pre-softmax weights tied (section 3.4); on real text it learnt much faster "
+        "than two vocabularies, see BENCHMARKS.md", section="data", kind="switch",
+        default_help="yes with sentencepiece on real corpora; no for the toy corpus and for "
+        "wordpiece")
+    # -- model ---------------------------------------------------------------
+    preset: str | None = setting(
+        None, "model size, a name of transformer.model_config.PRESETS", section="model",
+        kind="choice", choices=tuple(sorted(PRESETS)),
+        default_help="{toy[preset]} for the toy corpus, {corpus[preset]} otherwise; "
+        "{presets}")
+    # The preset's `TransformerConfig` with the model options applied
+    # (`default_model`); its fields are options of their own.
+    model: TransformerConfig | None = setting(None, "the model's sizes", section="model",
+                                              flag="")
+    # -- schedule ------------------------------------------------------------
+    epochs: int | None = setting(
+        None, "epochs to train; may grow on --resume", section="schedule",
+        kind="positive_int", metavar="N",
+        default_help="{toy[epochs]} for the toy corpus; otherwise sized from the corpus: "
+        "enough to see about {target_pairs_seen:,} pairs, {min_epochs} to {max_epochs} "
+        "epochs")
+    time_budget: float | None = setting(
+        None, "stop training after this much time (600, 600s, 10m, 1h30m; validation "
+        "included, the final evaluation not), counted over --resume, or after --epochs, "
+        f"whichever comes first; without --epochs the cap is {MAX_EPOCHS} epochs. With "
+        "--fit-warmup the warm-up ends when the budget does, if that comes first",
+        section="schedule", kind="duration", metavar="DURATION")
+    warmup_steps: int | None = setting(
+        None, "learning-rate warm-up of the paper's schedule; see --fit-warmup for runs "
+        "shorter than that", section="schedule", kind="positive_int", metavar="N",
+        default_help="{toy[warmup_steps]} for the toy corpus, {corpus[warmup_steps]} "
+        "otherwise, as in the paper")
+    learning_rate: float | str = setting(
+        PAPER_LEARNING_RATE, "the schedule's peak, reached after the warm-up and then "
+        "decaying as the inverse square root of the step; 'paper' for the paper's "
+        "(d_model * warmup)^-0.5, which grows as the warm-up shrinks", section="schedule",
+        kind="learning_rate", metavar="PEAK")
+    fit_warmup: bool | None = setting(
+        None, "a run shorter than --warmup-steps (by --epochs, or by --time-budget) warms "
+        "up over its whole length to the same peak, so that it ends at the peak; on real "
+        "text that learnt faster than stopping partway up, and than a shorter warm-up "
+        "followed by the decay (BENCHMARKS.md); --no-fit-warmup keeps the paper's warm-up, "
+        "which such a run never finishes", section="schedule", kind="switch")
+    label_smoothing: float | None = setting(
+        None, "label smoothing (section 5.4), 0 for none; in runs of a few thousand steps "
+        "on real text it lowered BLEU, see BENCHMARKS.md", section="schedule", kind="rate",
+        metavar="EPS")
+    seed: int = setting(
+        0, "fixes the corpus, the tokenizers, the initial weights and the data order",
+        section="schedule", kind="non_negative_int", metavar="N")
+    average_checkpoints: int = setting(
+        1, "the trained model is the mean of the weights of the last N checkpoints "
+        "(section 6.1 of the paper; in short runs that were still improving it lowered "
+        "BLEU, see BENCHMARKS.md); 1 keeps the final weights", section="schedule",
+        kind="positive_int", metavar="N")
+    # -- batches -------------------------------------------------------------
+    batch_size: int | None = setting(
+        None, "sentence pairs per step, over all devices; with token budgets "
+        "(--batch-tokens) it sizes the budget; on real text twice the updates of the "
+        "tutorial's 64 learnt more in the same time, see BENCHMARKS.md", section="batches",
+        kind="positive_int", metavar="N")
+    batch_tokens: int | None = setting(
+        None, "batch pairs of about equal length, at most N padded tokens per batch and "
+        "side (section 5.1), so that almost no padding is computed; 0 for batches of "
+        "--batch-size pairs", section="batches", kind="non_negative_int", metavar="N",
+        default_help="{toy[batch_tokens]} for the toy corpus; otherwise --batch-size times "
+        "the mean padded pair length, with one device")
+    steps_per_epoch: int | None = setting(
+        None, "updates per epoch", section="batches", kind="positive_int", metavar="N",
+        default_help="one pass over the training pairs")
+    # -- run -----------------------------------------------------------------
+    output_dir: str | None = setting(
+        None, "run directory; must be empty unless --resume", section="run", metavar="DIR",
+        default_help="runs/<name>: runs/toy, runs/ted_hrlr_pt_to_en, or runs/<stem of --data>")
+    checkpoint_every: int = setting(
+        200, "save the training state every N steps, and after every epoch", section="run",
+        kind="positive_int", metavar="N")
+    eval_batch_size: int = setting(
+        128, "sentences per batch when translating the test split", section="run", flag="")
+    eval_beam_size: int | None = setting(
+        None, "beam size of the final evaluation's translations; 1 is greedy, more is the "
+        f"paper's beam search with alpha {DEFAULT_ALPHA}", section="run", kind="positive_int",
+        flag="--eval-beam", metavar="N")
+    num_examples: int = setting(
+        5, "example translations to print", section="run", kind="non_negative_int",
+        flag="--examples", metavar="N")
+    # -- performance ---------------------------------------------------------
+    precision: str = setting(
+        "float32", "dtype policy; train.py's default is mixed_bfloat16 on CPUs with AMX "
+        "bfloat16, float32 elsewhere", section="performance", kind="choice",
+        choices=PRECISIONS, cli_default=default_precision,
+        default_help=explain_default_precision)
+    jit_compile: bool = setting(
+        False, "compile the train step with XLA; it recompiles for every new batch shape, "
+        "which is slow with variable sentence lengths", section="performance", kind="flag")
+    # -- scale ---------------------------------------------------------------
+    strategy: str = setting(
+        "default", "default: one device; mirrored: all GPUs (or --cpu-devices) of this "
+        "machine; multi-worker: several machines, from TF_CONFIG", section="scale",
+        kind="choice", choices=STRATEGIES)
+    cpu_devices: int | None = setting(
+        None, "split the CPU into N logical devices, to try --strategy mirrored without "
+        "GPUs", section="scale", kind="positive_int", metavar="N", default_help="1")
 
     def __post_init__(self):
         for name, value in dataset_defaults(self.dataset, self.data).items():
@@ -223,6 +265,11 @@ class RunConfig:
         _check_numbers(self)
         _check_max_tokens(self.max_tokens, self.model.max_length)
         _check_files(self)
+
+    @staticmethod
+    def describe(name: str) -> str:
+        """The meaning of the setting `name`, as `train.py --help` states it."""
+        return options.describe(RunConfig, name)
 
     # -- derived values ----------------------------------------------------
 
@@ -322,6 +369,13 @@ class RunConfig:
                 )
         return self.replace(**{k: v for k, v in changes.items() if k in RESUMABLE_FIELDS})
 
+
+def resume_config(run_dir, changes: dict[str, Any]) -> RunConfig | None:
+    """The saved config of `run_dir` with `changes` (`RunConfig.for_resume`, the
+    one rule of what a resumed run may change); None when nothing is saved yet."""
+    if not (Path(run_dir) / rundir.CONFIG_FILE).is_file():
+        return None
+    return RunConfig.load(run_dir).for_resume(**changes)
 
 
 # Keys of config.json that are facts about the run rather than settings.

@@ -75,6 +75,12 @@ CORPUS_DROPOUT_RATE = 0.0
 # paper's. `--normalize-first` / `--no-normalize-first` sets it either way.
 CORPUS_NORMALIZE_FIRST = True
 
+# The model fields that real corpora set over the preset's (`default_model`).
+CORPUS_MODEL_DEFAULTS = {
+    "dropout_rate": CORPUS_DROPOUT_RATE,
+    "normalize_first": CORPUS_NORMALIZE_FIRST,
+}
+
 # Sizing a real corpus's run: enough passes to see about TARGET_PAIRS_SEEN
 # sentence pairs, between MIN_EPOCHS and MAX_EPOCHS. The target was lowered when
 # pre-norm layers made each step dearer, so that a run takes about as long as
@@ -91,7 +97,7 @@ def default_model(preset: str, dataset: str = "toy", data=None,
                   **overrides: Any) -> TransformerConfig:
     """The preset's model with `overrides` (None values are not given); on real
     corpora `dropout_rate` defaults to `CORPUS_DROPOUT_RATE` and
-    `normalize_first` to `CORPUS_NORMALIZE_FIRST`.
+    `normalize_first` to `CORPUS_NORMALIZE_FIRST` (`CORPUS_MODEL_DEFAULTS`).
 
     Example:
 
@@ -106,8 +112,7 @@ def default_model(preset: str, dataset: str = "toy", data=None,
     False
     """
     if not _is_toy(dataset, data):
-        for field, value in (("dropout_rate", CORPUS_DROPOUT_RATE),
-                             ("normalize_first", CORPUS_NORMALIZE_FIRST)):
+        for field, value in CORPUS_MODEL_DEFAULTS.items():
             if overrides.get(field) is None:
                 overrides[field] = value
     return TransformerConfig.from_preset(preset, **overrides)

@@ -172,7 +172,10 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     try:
         keras.mixed_precision.set_global_policy(session.config.precision)
         keras.utils.set_random_seed(session.config.seed)
-        data = _load_data(session)
+        # The corpus sizes the fields left to it (`epochs`, `batch_tokens`,
+        # `steps_per_epoch`): from here on every stage sees that one config.
+        data, sized = _load_data(session)
+        session = dataclasses.replace(session, config=sized)
         state = _build_model(session, data)
         history, final_step = _fit(session, data, state, verbose)
         average_last_checkpoints(state.checkpoint, state.checkpoint_manager,
@@ -208,12 +211,13 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
 # --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class _Session:
     """The run being trained: its settings, its strategy and where it writes.
 
     Attributes:
-        config: the run's settings; the data stage resolves `steps_per_epoch`.
+        config: the run's settings; after the data stage, the config that the
+            corpus sized (`_sized`).
         strategy: the `tf.distribute.Strategy`.
         chief: whether this process writes the run directory.
         resuming: whether a saved run is continued (its config was read).
@@ -285,8 +289,9 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
                     resume_from=resume_from)
 
 
-def _load_data(session: _Session) -> _Data:
-    """Loads the corpus, builds (or reloads) the tokenizers and writes `config.json`."""
+def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
+    """Loads the corpus, builds (or reloads) the tokenizers and writes `config.json`;
+    returns the data and the config sized from the corpus."""
     config = session.config
     corpus = load_corpus(
         dataset=config.dataset,
@@ -309,7 +314,7 @@ def _load_data(session: _Session) -> _Data:
     tokenizers = _tokenizers(session, corpus)
     max_tokens = config.resolved_max_tokens
     train_tokens = tokenize_pairs(corpus.train, tokenizers, max_tokens)
-    session.config = config = _sized(config, train_tokens)
+    config = _sized(config, train_tokens)
     data = _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -320,12 +325,12 @@ def _load_data(session: _Session) -> _Data:
         target_vocab_size=int(tokenizers.target.get_vocab_size()),
     )
     if session.chief:
-        _write_config(session, data)
+        _write_config(session.run_dir, config, data)
     if corpus.valid:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
         valid_batches = batches_from_tokens(valid_tokens, config.batch_size, shuffle=False)
         data.valid_batches = valid_batches.with_options(_sharding_options())
-    return data
+    return data, config
 
 
 def _build_model(session: _Session, data: _Data) -> _ModelState:
@@ -505,17 +510,17 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
     return config
 
 
-def _write_config(session: _Session, data: _Data) -> None:
+def _write_config(run_dir: Path, config: RunConfig, data: _Data) -> None:
     """Writes `config.json`: the settings, the vocabulary sizes, the data's
     fingerprint and the format version."""
-    record = session.config.to_dict()
+    record = config.to_dict()
     record.update(
         input_vocab_size=data.input_vocab_size,
         target_vocab_size=data.target_vocab_size,
         format_version=CONFIG_FORMAT_VERSION,
     )
     record[FINGERPRINT_KEY] = data.fingerprint
-    rundir.write_json_atomic(session.run_dir / rundir.CONFIG_FILE, record)
+    rundir.write_json_atomic(run_dir / rundir.CONFIG_FILE, record)
 
 
 def _sharding_options() -> tf.data.Options:
