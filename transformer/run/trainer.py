@@ -493,18 +493,17 @@ def _tokenizers(session: _Session, corpus: Corpus):
 
 def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
     """The config with `epochs`, `batch_tokens` and `steps_per_epoch` resolved
-    from the corpus where they were None."""
+    from the corpus where they were None, in one new config: the recipe's rule
+    (`size_epochs_and_batches`) on the pairs' lengths, then the passes' batches."""
     lengths = pair_lengths(train_tokens)
-    config = dataclasses.replace(
-        config, **size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
-    )
-    steps_per_epoch = config.steps_per_epoch
-    if steps_per_epoch is None and config.batch_tokens:
-        steps_per_epoch = batches_per_pass(train_tokens, config.batch_tokens, config.seed)
-    elif steps_per_epoch is None:
-        steps_per_epoch = math.ceil(len(lengths) / config.batch_size)
-    config = dataclasses.replace(config, steps_per_epoch=steps_per_epoch)
-    logger.info("%d epochs of %d steps%s.", config.epochs, steps_per_epoch,
+    sized = size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
+    batch_tokens = sized.get("batch_tokens", config.batch_tokens)
+    if config.steps_per_epoch is None:
+        sized["steps_per_epoch"] = (
+            batches_per_pass(train_tokens, batch_tokens, config.seed) if batch_tokens
+            else math.ceil(len(lengths) / config.batch_size))
+    config = dataclasses.replace(config, **sized)
+    logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
                 f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
                 else f" of {config.batch_size} pairs")
     return config
