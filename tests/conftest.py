@@ -4,10 +4,15 @@
 `transformer.run.train`, exactly as `train.py` does, and hands back its
 `TrainResult`: `tiny_run.run_dir` is a complete run directory (config.json,
 tokenizers/, model.keras, checkpoints/, metrics.csv, metrics.json, logs/ and,
-when `transformer.translate` can export, export/).
+when `transformer.translate` can export, export/). `run_dir`, `test_pairs` and
+`translator` are that run's directory, test pairs and `Translator`, shared by
+every file that uses them (no test may modify them; the translator's
+pipelines have fixed signatures, so sharing it traces each of them once).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +74,25 @@ def tiny_run(tmp_path_factory):
         **TINY_TRAINING,
     )
     return train(config, verbose=0)
+
+
+@pytest.fixture(scope="session")
+def run_dir(tiny_run):
+    """The session's tiny trained run directory; tests must not modify it."""
+    return Path(tiny_run.run_dir)
+
+
+@pytest.fixture(scope="session")
+def test_pairs(tiny_run):
+    """The tiny run's test pairs, `(source, reference)`."""
+    from transformer.data import read_tsv
+
+    return read_tsv(tiny_run.config.test)
+
+
+@pytest.fixture(scope="session")
+def translator(run_dir):
+    """A `Translator` of the tiny run."""
+    from transformer.translate import Translator
+
+    return Translator.from_run(run_dir)

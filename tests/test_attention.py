@@ -1,13 +1,27 @@
+import functools
 import re
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_checks import (
+    D_MODEL,
+    NUM_HEADS,
+    SOURCE_PADDING,
+    SOURCE_STATES,
+    TARGET_LEN,
+    TARGET_PADDING,
+    TARGET_STATES,
+    check_layer,
+)
 
 from transformer import (
+    CausalSelfAttention,
+    CrossAttention,
     EncoderDecoderAttention,
     EncoderSelfAttention,
+    GlobalSelfAttention,
     MaskedDecoderSelfAttention,
     MultiHeadAttention,
     copy_weights_from_keras,
@@ -302,21 +316,28 @@ def test_multi_head_attention_bad_arguments(kwargs, match):
         MultiHeadAttention(**kwargs)
 
 
-def test_multi_head_attention_config_round_trip():
-    mha = MultiHeadAttention(16, 4, dropout_rate=0.1, name="m")
-    clone = MultiHeadAttention.from_config(mha.get_config())
-    assert (clone.d_model, clone.num_heads, clone.dropout_rate, clone.depth) == (16, 4, 0.1, 4)
+def _self_attention_steps(mha):
+    """Self-attention one position at a time, the cache one position longer each
+    step; the padding mask covers the cached positions and the new one."""
+    cache, outputs = mha.empty_cache(2), []
+    for t in range(TARGET_LEN):
+        x = TARGET_STATES[:, t]  # (batch, d_model): the newest position
+        out, _, cache = mha(x, x, x, mask=TARGET_PADDING[..., :t + 1], training=False,
+                            cache=cache)
+        assert cache[0].shape[2] == cache[1].shape[2] == t + 1
+        outputs.append(out)  # (batch, d_model)
+    return outputs
 
 
-def test_attention_dropout_only_in_training():
-    keras.utils.set_random_seed(5)
-    mha = MultiHeadAttention(8, 2, dropout_rate=0.5)
-    x = tf.random.uniform((1, 6, 8))
-    a, _ = mha(x, x, x, training=False)
-    b, _ = mha(x, x, x, training=False)
-    c, _ = mha(x, x, x, training=True)
-    np.testing.assert_array_equal(a.numpy(), b.numpy())
-    assert not np.allclose(a.numpy(), c.numpy())
+def test_multi_head_attention_passes_the_layer_checks():
+    """Config round trip, saving, dropout only in training, and the cache
+    (tests/layer_checks.py): with look-ahead and padding masks, the cached steps
+    are the uncached output."""
+    mask = tf.maximum(create_look_ahead_mask(TARGET_LEN), TARGET_PADDING)  # (2, 1, 5, 5)
+    mha = check_layer(lambda: MultiHeadAttention(D_MODEL, NUM_HEADS, dropout_rate=0.5, name="m"),
+                      (TARGET_STATES,) * 3, {"mask": mask}, dropout=True,
+                      cached_steps=_self_attention_steps)
+    assert (mha.d_model, mha.num_heads, mha.dropout_rate, mha.depth) == (8, 2, 0.5, 4)
 
 
 def test_masked_decoder_self_attention_cannot_see_the_future():
@@ -340,3 +361,38 @@ def test_encoder_self_and_encoder_decoder_attention_shapes():
     assert out.shape == (2, 4, 16) and w.shape == (2, 4, 4, 6)
     # Post-norm: every position is layer-normalised (mean 0, variance 1 before gamma/beta).
     np.testing.assert_allclose(out.numpy().mean(-1), 0, atol=1e-5)
+
+
+def _causal_steps(block):
+    cache, outputs = block.mha.empty_cache(2), []
+    for t in range(TARGET_LEN):
+        out, _, cache = block(TARGET_STATES[:, t], padding_mask=TARGET_PADDING[..., :t + 1],
+                              training=False, cache=cache)
+        outputs.append(out)
+    return outputs
+
+
+def _cross_steps(block):
+    cache, outputs = block.mha.project_keys_values(SOURCE_STATES, SOURCE_STATES), []
+    for t in range(TARGET_LEN):
+        out, _, cache = block(TARGET_STATES[:, t], padding_mask=SOURCE_PADDING, training=False, cache=cache)
+        outputs.append(out)
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "cls,args,kwargs,cached_steps",
+    [
+        (GlobalSelfAttention, (TARGET_STATES,), {"padding_mask": TARGET_PADDING}, None),
+        (CausalSelfAttention, (TARGET_STATES,), {"padding_mask": TARGET_PADDING}, _causal_steps),
+        (CrossAttention, (TARGET_STATES, SOURCE_STATES), {"padding_mask": SOURCE_PADDING}, _cross_steps),
+    ],
+    ids=["global_self_attention", "causal_self_attention", "cross_attention"],
+)
+def test_attention_blocks_pass_the_layer_checks(cls, args, kwargs, cached_steps):
+    """Post-norm and pre-norm: config round trip, saving, dropout only in
+    training and, with a cache, the cached steps (tests/layer_checks.py)."""
+    for normalize_first in (False, True):
+        layer = check_layer(functools.partial(cls, D_MODEL, NUM_HEADS, 0.3, normalize_first),
+                            args, kwargs, dropout=True, cached_steps=cached_steps)
+        assert layer.normalize_first is normalize_first

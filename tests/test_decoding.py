@@ -1,8 +1,10 @@
-"""Tests of transformer/search.py and transformer/decoding.py beyond test_translate.py:
-the model's two halves (`encode`, `decode_step`), the search strategies on
+"""Tests of transformer/search.py and transformer/decoding.py: the model's two
+halves (`encode`, `decode_step`), cached greedy decoding against the naive
+loop (random and trained models, compiled, pre-norm, mixed precision), beam
+search (a beam of one is greedy, scores, brute force), the search strategies on
 callbacks that know nothing of a model (greedy, beam with n-best, sampling with
 temperature, top-k and top-p), and the per-sentence output limit (input length
-+ 50, section 6.1)."""
++ 50, section 6.1). The `Translator` on top of them is tested in test_translate.py."""
 
 import ast
 import itertools
@@ -11,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import TARGET_VOCAB, random_model, random_sources
+from translate_helpers import TARGET_VOCAB, first_end_lengths, random_model, random_sources
 
 from transformer.constants import END_ID, PAD_ID, START_ID
 from transformer.decoding import (
@@ -34,7 +36,7 @@ from transformer.search import (
     sample_search,
 )
 
-LENGTHS = [9, 3, 6, 2, 7]
+LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
 
 
@@ -339,6 +341,233 @@ def test_start_decoding_repeats_the_memory_for_every_beam():
     assert logits.shape == (6, TARGET_VOCAB) and cache[0][0].shape[:3] == (6, 4, 1)
     np.testing.assert_allclose(logits.numpy()[:3], np.repeat(logits.numpy()[:1], 3, axis=0),
                                atol=1e-6)
+
+
+# --- cached greedy decoding equals the naive loop ---------------------------------
+
+
+@pytest.mark.parametrize("seed,end_bias,max_length", [(0, 0.0, 10), (1, 1.5, 12), (3, 1.5, 12)])
+def test_cached_greedy_equals_naive_loop_on_random_models(seed, end_bias, max_length):
+    model = random_model(seed, end_bias)
+    sources = random_sources(seed, LENGTHS)
+    naive = naive_greedy_decode(model, sources, max_length).numpy()
+    cached = cached_greedy_decode(model, sources, max_length).numpy()
+    # The models are not degenerate: outputs vary.
+    assert len(np.unique(naive)) >= 4
+    np.testing.assert_array_equal(cached, naive)
+    if end_bias:
+        # Sentences stop at different steps, and a finished one only gets [PAD].
+        ends = first_end_lengths(naive)
+        assert len(set(ends)) >= 2
+        for row, end in zip(naive, ends, strict=True):
+            if end is not None:
+                assert (row[end:] == PAD_ID).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed):
+    """The cache holds the projections of the normalized inputs, and the
+    decoder's closing layer norm runs on the newest position too."""
+    model = random_model(seed, end_bias=1.5, normalize_first=True)
+    sources = random_sources(seed, LENGTHS)
+    naive = naive_greedy_decode(model, sources, 12).numpy()
+    assert len(np.unique(naive)) >= 3
+    np.testing.assert_array_equal(cached_greedy_decode(model, sources, 12).numpy(), naive)
+    beam, _ = beam_search_decode(model, sources, 12, beam_size=1, alpha=0.0)
+    np.testing.assert_array_equal(beam.numpy()[:, : naive.shape[1]], naive)
+
+
+def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
+    model = random_model(1, end_bias=1.5)  # ends after 4, 1, 7, 1 and 3 tokens
+    sources = random_sources(1, LENGTHS)
+    greedy = compile_decode(model, "greedy")
+    flags = tf.zeros([len(LENGTHS)], tf.bool)
+    tokens, _ = greedy(tf.constant(sources), tf.fill([len(LENGTHS)], 30), flags)
+    out = tokens.numpy()[:, 0]
+    naive = naive_greedy_decode(model, sources, 30).numpy()
+    np.testing.assert_array_equal(out, naive)
+    ends = first_end_lengths(out)
+    assert None not in ends and len(set(ends)) >= 2
+    assert out.shape[1] == max(ends)  # the loop stopped at the last [END]
+
+
+def test_padding_in_the_batch_does_not_change_a_sentence():
+    model = random_model(2, end_bias=1.5)
+    sources = random_sources(2, LENGTHS)
+    batched = cached_greedy_decode(model, sources, 8).numpy()
+    for row, length in enumerate(LENGTHS):
+        alone = cached_greedy_decode(model, sources[row:row + 1, :length], 8).numpy()[0]
+        np.testing.assert_array_equal(batched[row, :len(alone)], alone)
+        assert (batched[row, len(alone):] == PAD_ID).all()
+
+
+def test_finished_sentences_do_not_affect_the_others():
+    model = random_model(0)
+    sources = random_sources(0, LENGTHS)
+    finished = np.array([False, True, False, True, False])
+    out = cached_greedy_decode(model, sources, 6, initial_finished=finished).numpy()
+    free = cached_greedy_decode(model, sources, 6).numpy()
+    assert (out[finished] == PAD_ID).all()
+    np.testing.assert_array_equal(out[~finished], free[~finished])
+    naive = naive_greedy_decode(model, sources, 6, initial_finished=finished).numpy()
+    np.testing.assert_array_equal(out, naive)
+
+
+def test_a_model_that_never_ends_decodes_to_the_limit_as_the_naive_loop():
+    model = random_model(0, end_bias=-1e4)  # [END] never wins
+    sources = random_sources(0, LENGTHS)
+    cached = cached_greedy_decode(model, sources, 6).numpy()
+    assert cached.shape == (len(LENGTHS), 6)
+    np.testing.assert_array_equal(cached, naive_greedy_decode(model, sources, 6).numpy())
+
+
+def test_cached_greedy_equals_naive_loop_on_a_trained_model(translator, test_pairs):
+    sentences = [source for source, _ in test_pairs[:12]]
+    encoder_tokens, _ = translator.encode(sentences)
+    model = translator.transformer
+    naive = naive_greedy_decode(model, encoder_tokens, 30).numpy()
+    cached = cached_greedy_decode(model, encoder_tokens, 30).numpy()
+    np.testing.assert_array_equal(cached, naive)
+    # The trained model ends its sentences (all 12 here; most, anywhere).
+    ends = first_end_lengths(naive)
+    assert sum(end is not None for end in ends) >= 9 and len(set(ends)) >= 3, ends
+
+
+def test_one_trace_for_every_batch_size_length_and_setting():
+    model = random_model(0, end_bias=1.5)
+    greedy, beam, sample = (compile_decode(model, name) for name in ("greedy", "beam", "sample"))
+    for batch, length, max_length in [(1, 4, 5), (3, 9, 17), (5, 2, 1), (2, 30, 40)]:
+        sources = tf.constant(random_sources(batch, [length] * batch))
+        flags = tf.zeros([batch], tf.bool)
+        limits = tf.fill([batch], max_length)
+        greedy(sources, limits, flags)
+        for beam_size in (1, 3):
+            beam(sources, limits, flags, tf.constant(beam_size), tf.constant(0.6),
+                 tf.constant(1))
+        for top_k, top_p in ((0, 1.0), (3, 0.5)):
+            sample(sources, limits, flags, tf.constant(7, tf.int64), tf.constant(0.8),
+                   tf.constant(top_k), tf.constant(top_p))
+    for compiled in (greedy, beam, sample):
+        assert compiled.experimental_get_tracing_count() == 1
+
+
+def test_cached_decoding_runs_under_mixed_precision():
+    # Float32 is where tokens must match exactly; bfloat16 must decode too.
+    from transformer import Transformer
+
+    model = Transformer(num_layers=2, d_model=32, num_heads=4, dff=64, input_vocab_size=60,
+                        target_vocab_size=50, max_length=32, dtype="mixed_bfloat16")
+    model.build(((None, None), (None, None)))
+    sources = random_sources(0, [5, 3])
+    tokens = cached_greedy_decode(model, sources, 6)
+    assert tokens.dtype == tf.int64 and tokens.shape[0] == 2 and tokens.shape[1] <= 6
+    beam, scores = beam_search_decode(model, sources, 6, beam_size=2, alpha=0.6)
+    assert beam.shape == (2, 6) and np.isfinite(scores.numpy()).all()
+
+
+# --- beam search -----------------------------------------------------------------
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 0.0) == 1.0
+    np.testing.assert_allclose(length_penalty(7, 0.6), (12 / 6) ** 0.6)
+    np.testing.assert_allclose(length_penalty(tf.constant(7), 0.6).numpy(), (12 / 6) ** 0.6,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed,end_bias", [(0, 0.0), (1, 1.5), (3, 1.5)])
+def test_beam_size_one_equals_greedy_on_random_models(seed, end_bias):
+    model = random_model(seed, end_bias)
+    sources = random_sources(seed, LENGTHS)
+    greedy = naive_greedy_decode(model, sources, 16).numpy()
+    tokens, _ = beam_search_decode(model, sources, 16, beam_size=1, alpha=0.6)
+    tokens = tokens.numpy()
+    np.testing.assert_array_equal(tokens[:, :greedy.shape[1]], greedy)
+    assert (tokens[:, greedy.shape[1]:] == PAD_ID).all()
+
+
+def test_beam_scores_are_the_models_scores():
+    model = random_model(1, end_bias=1.5)
+    sources = random_sources(1, LENGTHS)
+    tokens, scores = beam_search_decode(model, sources, 12, beam_size=3, alpha=0.6)
+    log_probs, lengths = sequence_log_probs(model, sources, tokens)
+    np.testing.assert_allclose(scores.numpy(), log_probs / length_penalty(lengths, 0.6),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_a_beam_wider_than_the_search_space_finds_the_best_output(alpha):
+    # Target vocabulary of 6 and at most 3 output tokens: 6 + 36 + 216 outputs
+    # (shorter ones end with [END]). A beam of 216 keeps every hypothesis, so
+    # it must return the best-scoring output of all, found by brute force.
+    model = random_model(4, end_bias=1.0, target_vocab_size=6)
+    sources = random_sources(4, [5, 3])
+    tokens, scores = beam_search_decode(model, sources, 3, beam_size=216, alpha=alpha)
+    candidates = []
+    for length in (1, 2, 3):
+        for prefix in itertools.product(range(6), repeat=length - 1):
+            if END_ID in prefix:
+                continue
+            for last in range(6):
+                candidates.append(list(prefix) + [last] + [PAD_ID] * (3 - length))
+    candidates = np.array(candidates, np.int64)
+    for row in range(2):
+        repeated = np.repeat(sources[row:row + 1], len(candidates), axis=0)
+        log_probs, lengths = sequence_log_probs(model, repeated, candidates)
+        best = np.max(log_probs / length_penalty(lengths, alpha))
+        np.testing.assert_allclose(scores.numpy()[row], best, rtol=1e-5, atol=1e-5)
+
+
+def test_beam_scores_at_least_the_greedy_scores_on_a_trained_model(translator, test_pairs):
+    # Beam search scores at least as high as greedy decoding on almost every
+    # sentence, and higher on average. It cannot promise it for every sentence:
+    # when k other prefixes beat the greedy prefix, the greedy path is pruned
+    # (the session's tiny model is weak; 2 of its 64 test sentences do this).
+    sentences = [source for source, _ in test_pairs]
+    encoder_tokens, _ = translator.encode(sentences)
+    model = translator.transformer
+    greedy = cached_greedy_decode(model, encoder_tokens, 30)
+    g_log_probs, g_lengths = sequence_log_probs(model, encoder_tokens, greedy)
+    for alpha in (0.0, 0.6):
+        beam, scores = beam_search_decode(model, encoder_tokens, 30, beam_size=4, alpha=alpha)
+        b_log_probs, b_lengths = sequence_log_probs(model, encoder_tokens, beam)
+        g_scores = g_log_probs / length_penalty(g_lengths, alpha)
+        b_scores = b_log_probs / length_penalty(b_lengths, alpha)
+        np.testing.assert_allclose(scores.numpy(), b_scores, rtol=1e-4, atol=1e-4)
+        worse = b_scores < g_scores - 1e-5
+        better = b_scores > g_scores + 1e-5
+        assert worse.mean() <= 0.1, (alpha, b_scores - g_scores)
+        assert better.sum() > 3 * worse.sum() and b_scores.mean() > g_scores.mean()
+
+
+def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test_pairs):
+    # The Translator sends beam_size=1 to the greedy loop, so the beam-search
+    # code with a beam of 1 is called here directly (eagerly and compiled) and
+    # must give cached greedy decoding's tokens and log-probabilities.
+    sentences = [source for source, _ in test_pairs[:16]]
+    encoder_tokens, _ = translator.encode(sentences)
+    model = translator.transformer
+    max_length = translator.max_length
+    greedy = cached_greedy_decode(model, encoder_tokens, max_length).numpy()
+    log_probs, lengths = sequence_log_probs(model, encoder_tokens, greedy)
+    assert len(set(lengths)) >= 3  # sentences end at different steps
+    compiled = compile_decode(model, "beam")
+    no_flags = tf.zeros([len(sentences)], tf.bool)
+    limits = tf.fill([len(sentences)], max_length)
+    outputs = [(0.0, beam_search_decode(model, encoder_tokens, max_length, beam_size=1,
+                                        alpha=0.0))]
+    for alpha in (0.0, 0.6):
+        tokens, scores = compiled(encoder_tokens, limits, no_flags, tf.constant(1),
+                                  tf.constant(alpha), tf.constant(1))
+        outputs.append((alpha, (tokens[:, 0], scores[:, 0])))
+    for alpha, (tokens, scores) in outputs:
+        tokens = tokens.numpy()
+        assert tokens.shape == (len(sentences), max_length)
+        np.testing.assert_array_equal(tokens[:, :greedy.shape[1]], greedy)
+        assert (tokens[:, greedy.shape[1]:] == PAD_ID).all()
+        np.testing.assert_allclose(scores.numpy(), log_probs / length_penalty(lengths, alpha),
+                                   rtol=1e-4, atol=1e-4)
+    assert compiled.experimental_get_tracing_count() == 1
 
 
 # --- where the model's parts are used ---------------------------------------------

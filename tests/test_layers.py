@@ -1,7 +1,20 @@
+import functools
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_checks import (
+    D_MODEL,
+    DFF,
+    NUM_HEADS,
+    SOURCE_PADDING,
+    SOURCE_STATES,
+    TARGET_LEN,
+    TARGET_PADDING,
+    TARGET_STATES,
+    check_layer,
+)
 
 from transformer import DecoderLayer, EncoderLayer, FeedForward, create_padding_mask
 
@@ -40,11 +53,43 @@ def test_decoder_layer_shapes_with_different_lengths():
     np.testing.assert_array_equal(np.triu(block1.numpy()[0, 0], k=1), 0)
 
 
-@pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
-def test_layer_config_round_trip(cls):
-    layer = cls(d_model=16, num_heads=4, dff=32, dropout_rate=0.2, name="x")
-    clone = cls.from_config(layer.get_config())
-    assert (clone.d_model, clone.num_heads, clone.dff, clone.dropout_rate) == (16, 4, 32, 0.2)
+def test_feed_forward_passes_the_layer_checks():
+    """Config round trip and saving (tests/layer_checks.py); no dropout of its own
+    (the encoder and decoder layers drop out after it)."""
+    check_layer(lambda: FeedForward(D_MODEL, DFF, name="ffn"), (TARGET_STATES,), dropout=False)
+
+
+def _decoder_layer_steps(layer):
+    cache, outputs = layer.initial_cache(SOURCE_STATES), []
+    for t in range(TARGET_LEN):
+        out, _, _, cache = layer(TARGET_STATES[:, t], look_ahead_mask=TARGET_PADDING[..., :t + 1],
+                                 padding_mask=SOURCE_PADDING, training=False, cache=cache)
+        outputs.append(out)
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "cls,args,kwargs,cached_steps",
+    [
+        (EncoderLayer, (TARGET_STATES,), {"padding_mask": TARGET_PADDING}, None),
+        (DecoderLayer, (TARGET_STATES, SOURCE_STATES),
+         {"look_ahead_mask": TARGET_PADDING, "padding_mask": SOURCE_PADDING},
+         _decoder_layer_steps),
+    ],
+    ids=["encoder_layer", "decoder_layer"],
+)
+def test_layers_pass_the_layer_checks(cls, args, kwargs, cached_steps):
+    """Post-norm and pre-norm: config round trip, saving, dropout only in
+    training and, for the decoder layer, the cached steps (tests/layer_checks.py)."""
+    for normalize_first in (False, True):
+        layer = check_layer(
+            functools.partial(cls, D_MODEL, NUM_HEADS, DFF, 0.2, normalize_first, name="x"),
+            args, kwargs, dropout=True, cached_steps=cached_steps,
+        )
+        assert (layer.d_model, layer.num_heads, layer.dff, layer.dropout_rate) == (
+            D_MODEL, NUM_HEADS, DFF, 0.2)
+        assert layer.normalize_first is normalize_first
+    assert not cls(d_model=16, num_heads=4, dff=32).normalize_first  # the paper's by default
 
 
 @pytest.mark.parametrize(
@@ -89,11 +134,3 @@ def test_encoder_layer_pre_norm_is_x_plus_sublayer_of_layer_norm_x():
     np.testing.assert_allclose(out.numpy(), want, atol=1e-4)
     np.testing.assert_allclose(weights.numpy(), want_weights.numpy(), atol=1e-6)
     assert abs(out.numpy().mean()) > 0.1  # not normalized: the paper's layer would be
-
-
-@pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
-def test_pre_norm_layer_config_round_trip(cls):
-    layer = cls(d_model=16, num_heads=4, dff=32, normalize_first=True)
-    clone = cls.from_config(layer.get_config())
-    assert clone.normalize_first and clone.get_config() == layer.get_config()
-    assert not cls(d_model=16, num_heads=4, dff=32).normalize_first  # the paper's by default

@@ -1,3 +1,4 @@
+import functools
 import json
 import re
 
@@ -5,6 +6,19 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_checks import (
+    D_MODEL,
+    DFF,
+    MAX_LENGTH,
+    NUM_HEADS,
+    SOURCE_PADDING,
+    SOURCE_STATES,
+    SOURCE_TOKENS,
+    TARGET_LEN,
+    TARGET_TOKENS,
+    VOCAB,
+    check_layer,
+)
 
 from transformer import (
     PRESETS,
@@ -104,14 +118,37 @@ def test_built_but_never_called_model_saves_and_loads(tmp_path):
     )
 
 
-def test_config_round_trip_of_every_stack():
+def test_transformer_config_round_trip():
     model = _tiny()
     clone = Transformer.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
-    enc = Encoder(1, 8, 2, 16, vocab_size=10, max_length=5)
-    assert Encoder.from_config(enc.get_config()).get_config() == enc.get_config()
-    dec = Decoder(1, 8, 2, 16, vocab_size=10, max_length=5)
-    assert Decoder.from_config(dec.get_config()).get_config() == dec.get_config()
+
+
+def _decoder_steps(decoder):
+    cache, outputs = decoder.initial_cache(SOURCE_STATES), []
+    for t in range(TARGET_LEN):
+        out, _, cache = decoder(TARGET_TOKENS[:, :t + 1], padding_mask=SOURCE_PADDING,
+                                training=False, cache=cache)
+        outputs.append(out)
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "cls,args,cached_steps",
+    [(Encoder, (SOURCE_TOKENS,), None), (Decoder, (TARGET_TOKENS, SOURCE_STATES), _decoder_steps)],
+    ids=["encoder", "decoder"],
+)
+def test_stacks_pass_the_layer_checks(cls, args, cached_steps):
+    """Two layers, post-norm and pre-norm: config round trip, saving, dropout only
+    in training and, for the decoder, the cached steps (tests/layer_checks.py)."""
+    for normalize_first in (False, True):
+        layer = check_layer(
+            functools.partial(cls, 2, D_MODEL, NUM_HEADS, DFF, VOCAB, MAX_LENGTH, 0.2,
+                              normalize_first=normalize_first),
+            args, {"padding_mask": SOURCE_PADDING}, dropout=True, cached_steps=cached_steps,
+            not_in_config=("embedding",),
+        )
+        assert layer.normalize_first is normalize_first
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_checks import D_MODEL, MAX_LENGTH, TARGET_TOKENS, VOCAB, check_layer
 
 from transformer import PositionalEmbedding, positional_encoding
 
@@ -67,7 +68,9 @@ def test_positional_embedding_too_long_input_in_graph_mode_is_clear():
         fn(tf.ones((1, 6), tf.int32))
 
 
-def test_positional_embedding_config_round_trip():
-    layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=10, name="pe")
-    clone = PositionalEmbedding.from_config(layer.get_config())
-    assert (clone.vocab_size, clone.d_model, clone.max_length) == (20, 8, 10)
+def test_positional_embedding_passes_the_layer_checks():
+    """Config round trip and saving (tests/layer_checks.py); no dropout of its own
+    (the `Encoder` and `Decoder` drop out after it)."""
+    layer = check_layer(lambda: PositionalEmbedding(VOCAB, D_MODEL, MAX_LENGTH, name="pe"),
+                        (TARGET_TOKENS,), dropout=False, not_in_config=("embedding",))
+    assert (layer.vocab_size, layer.d_model, layer.max_length) == (VOCAB, D_MODEL, MAX_LENGTH)

@@ -2,8 +2,9 @@
 
 No module over 650 lines, no function over 90 lines of code (argparse
 declarations aside), no import cycle between the modules of `transformer`,
-at most 2 imports of `transformer` modules inside functions, and the console
-scripts of pyproject.toml point at modules with a `main`.
+at most 4 imports of `transformer` modules inside functions, and the console
+scripts of pyproject.toml point at modules with a `main`. docs/design.md
+states the same three limits, and so does this docstring (both are checked).
 """
 
 from __future__ import annotations
@@ -184,6 +185,27 @@ def test_no_function_over_the_line_limit():
         if name not in _KNOWN_OVER_LIMIT and name.split("::")[0] not in _KNOWN_OVER_LIMIT
     }
     assert unexpected == {}
+
+
+# How docs/design.md and this module's docstring state the limits.
+_STATED_LIMITS = {
+    "MAX_MODULE_LINES": r"module (?:is )?over (\d+) lines",
+    "MAX_FUNCTION_CODE_LINES": r"function (?:is )?over (\d+) lines of code",
+    "MAX_FUNCTION_LEVEL_IMPORTS": r"at most (\d+) imports of `transformer` modules",
+}
+
+
+def _stated_limits(text: str) -> dict[str, list[int]]:
+    text = " ".join(text.split())  # a sentence may wrap anywhere
+    return {name: [int(n) for n in re.findall(pattern, text)]
+            for name, pattern in _STATED_LIMITS.items()}
+
+
+def test_the_design_document_and_this_docstring_state_the_enforced_limits():
+    enforced = {name: [globals()[name]] for name in _STATED_LIMITS}
+    design = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+    assert _stated_limits(design) == enforced
+    assert _stated_limits(__doc__) == enforced
 
 
 def test_no_import_cycle_between_transformer_modules():

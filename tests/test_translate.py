@@ -1,240 +1,28 @@
-"""Tests of transformer/translate.py: cached decoding, beam search, Translator, export."""
+"""Tests of transformer/translate.py and transformer/pipeline.py: the `Translator`.
+
+Decoding itself (greedy, beam, sampling, cached against naive) is tested in
+test_decoding.py, the export in test_export.py.
+"""
 
 import collections
-import itertools
-import json
 import logging
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import copy_run, random_model, random_sources
+from translate_helpers import first_end_lengths
 
 from transformer.constants import END_ID, PAD_ID, START_ID, TRANSLATE_FIRST_PASS_EXTRA
 from transformer.decoding import (
     beam_search_decode,
     cached_greedy_decode,
-    compile_decode,
     length_penalty,
     naive_greedy_decode,
     output_limits,
     sequence_log_probs,
 )
 from transformer.rundir import CONFIG_FILE, RunDirError
-from transformer.translate import Translation, Translator, export_translator
-
-LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
-
-
-@pytest.fixture(scope="module")
-def run_dir(tiny_run):
-    """The session's tiny trained run (tests/conftest.py); tests must not modify it."""
-    return Path(tiny_run.run_dir)
-
-
-@pytest.fixture(scope="module")
-def test_pairs(tiny_run):
-    from transformer.data import read_tsv
-
-    return read_tsv(tiny_run.config.test)
-
-
-@pytest.fixture(scope="module")
-def translator(run_dir):
-    return Translator.from_run(run_dir)
-
-
-def _first_end_lengths(tokens):
-    return [int(np.argmax(row == END_ID)) + 1 if (row == END_ID).any() else None
-            for row in np.asarray(tokens)]
-
-
-# --- cached greedy decoding equals the naive loop ---------------------------------
-
-
-@pytest.mark.parametrize("seed,end_bias,max_length", [(0, 0.0, 10), (1, 1.5, 12), (3, 1.5, 12)])
-def test_cached_greedy_equals_naive_loop_on_random_models(seed, end_bias, max_length):
-    model = random_model(seed, end_bias)
-    sources = random_sources(seed, LENGTHS)
-    naive = naive_greedy_decode(model, sources, max_length).numpy()
-    cached = cached_greedy_decode(model, sources, max_length).numpy()
-    # The models are not degenerate: outputs vary.
-    assert len(np.unique(naive)) >= 4
-    np.testing.assert_array_equal(cached, naive)
-    if end_bias:
-        # Sentences stop at different steps, and a finished one only gets [PAD].
-        ends = _first_end_lengths(naive)
-        assert len(set(ends)) >= 2
-        for row, end in zip(naive, ends, strict=True):
-            if end is not None:
-                assert (row[end:] == PAD_ID).all()
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed):
-    """The cache holds the projections of the normalized inputs, and the
-    decoder's closing layer norm runs on the newest position too."""
-    model = random_model(seed, end_bias=1.5, normalize_first=True)
-    sources = random_sources(seed, LENGTHS)
-    naive = naive_greedy_decode(model, sources, 12).numpy()
-    assert len(np.unique(naive)) >= 3
-    np.testing.assert_array_equal(cached_greedy_decode(model, sources, 12).numpy(), naive)
-    beam, _ = beam_search_decode(model, sources, 12, beam_size=1, alpha=0.0)
-    np.testing.assert_array_equal(beam.numpy()[:, : naive.shape[1]], naive)
-
-
-def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
-    model = random_model(1, end_bias=1.5)  # ends after 4, 1, 7, 1 and 3 tokens
-    sources = random_sources(1, LENGTHS)
-    greedy = compile_decode(model, "greedy")
-    flags = tf.zeros([len(LENGTHS)], tf.bool)
-    tokens, _ = greedy(tf.constant(sources), tf.fill([len(LENGTHS)], 30), flags)
-    out = tokens.numpy()[:, 0]
-    naive = naive_greedy_decode(model, sources, 30).numpy()
-    np.testing.assert_array_equal(out, naive)
-    ends = _first_end_lengths(out)
-    assert None not in ends and len(set(ends)) >= 2
-    assert out.shape[1] == max(ends)  # the loop stopped at the last [END]
-
-
-def test_padding_in_the_batch_does_not_change_a_sentence():
-    model = random_model(2, end_bias=1.5)
-    sources = random_sources(2, LENGTHS)
-    batched = cached_greedy_decode(model, sources, 8).numpy()
-    for row, length in enumerate(LENGTHS):
-        alone = cached_greedy_decode(model, sources[row:row + 1, :length], 8).numpy()[0]
-        np.testing.assert_array_equal(batched[row, :len(alone)], alone)
-        assert (batched[row, len(alone):] == PAD_ID).all()
-
-
-def test_finished_sentences_do_not_affect_the_others():
-    model = random_model(0)
-    sources = random_sources(0, LENGTHS)
-    finished = np.array([False, True, False, True, False])
-    out = cached_greedy_decode(model, sources, 6, initial_finished=finished).numpy()
-    free = cached_greedy_decode(model, sources, 6).numpy()
-    assert (out[finished] == PAD_ID).all()
-    np.testing.assert_array_equal(out[~finished], free[~finished])
-    naive = naive_greedy_decode(model, sources, 6, initial_finished=finished).numpy()
-    np.testing.assert_array_equal(out, naive)
-
-
-def test_a_model_that_never_ends_decodes_to_the_limit_as_the_naive_loop():
-    model = random_model(0, end_bias=-1e4)  # [END] never wins
-    sources = random_sources(0, LENGTHS)
-    cached = cached_greedy_decode(model, sources, 6).numpy()
-    assert cached.shape == (len(LENGTHS), 6)
-    np.testing.assert_array_equal(cached, naive_greedy_decode(model, sources, 6).numpy())
-
-
-def test_cached_greedy_equals_naive_loop_on_a_trained_model(translator, test_pairs):
-    sentences = [source for source, _ in test_pairs[:12]]
-    encoder_tokens, _ = translator.encode(sentences)
-    model = translator.transformer
-    naive = naive_greedy_decode(model, encoder_tokens, 30).numpy()
-    cached = cached_greedy_decode(model, encoder_tokens, 30).numpy()
-    np.testing.assert_array_equal(cached, naive)
-    # The trained model ends its sentences (all 12 here; most, anywhere).
-    ends = _first_end_lengths(naive)
-    assert sum(end is not None for end in ends) >= 9 and len(set(ends)) >= 3, ends
-
-
-def test_one_trace_for_every_batch_size_length_and_setting():
-    model = random_model(0, end_bias=1.5)
-    greedy, beam, sample = (compile_decode(model, name) for name in ("greedy", "beam", "sample"))
-    for batch, length, max_length in [(1, 4, 5), (3, 9, 17), (5, 2, 1), (2, 30, 40)]:
-        sources = tf.constant(random_sources(batch, [length] * batch))
-        flags = tf.zeros([batch], tf.bool)
-        limits = tf.fill([batch], max_length)
-        greedy(sources, limits, flags)
-        for beam_size in (1, 3):
-            beam(sources, limits, flags, tf.constant(beam_size), tf.constant(0.6),
-                 tf.constant(1))
-        for top_k, top_p in ((0, 1.0), (3, 0.5)):
-            sample(sources, limits, flags, tf.constant(7, tf.int64), tf.constant(0.8),
-                   tf.constant(top_k), tf.constant(top_p))
-    for compiled in (greedy, beam, sample):
-        assert compiled.experimental_get_tracing_count() == 1
-
-
-# --- beam search -----------------------------------------------------------------
-
-
-def test_length_penalty_is_gnmt():
-    assert length_penalty(1, 0.0) == 1.0
-    np.testing.assert_allclose(length_penalty(7, 0.6), (12 / 6) ** 0.6)
-    np.testing.assert_allclose(length_penalty(tf.constant(7), 0.6).numpy(), (12 / 6) ** 0.6,
-                               rtol=1e-6)
-
-
-@pytest.mark.parametrize("seed,end_bias", [(0, 0.0), (1, 1.5), (3, 1.5)])
-def test_beam_size_one_equals_greedy_on_random_models(seed, end_bias):
-    model = random_model(seed, end_bias)
-    sources = random_sources(seed, LENGTHS)
-    greedy = naive_greedy_decode(model, sources, 16).numpy()
-    tokens, _ = beam_search_decode(model, sources, 16, beam_size=1, alpha=0.6)
-    tokens = tokens.numpy()
-    np.testing.assert_array_equal(tokens[:, :greedy.shape[1]], greedy)
-    assert (tokens[:, greedy.shape[1]:] == PAD_ID).all()
-
-
-def test_beam_scores_are_the_models_scores():
-    model = random_model(1, end_bias=1.5)
-    sources = random_sources(1, LENGTHS)
-    tokens, scores = beam_search_decode(model, sources, 12, beam_size=3, alpha=0.6)
-    log_probs, lengths = sequence_log_probs(model, sources, tokens)
-    np.testing.assert_allclose(scores.numpy(), log_probs / length_penalty(lengths, 0.6),
-                               rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_a_beam_wider_than_the_search_space_finds_the_best_output(alpha):
-    # Target vocabulary of 6 and at most 3 output tokens: 6 + 36 + 216 outputs
-    # (shorter ones end with [END]). A beam of 216 keeps every hypothesis, so
-    # it must return the best-scoring output of all, found by brute force.
-    model = random_model(4, end_bias=1.0, target_vocab_size=6)
-    sources = random_sources(4, [5, 3])
-    tokens, scores = beam_search_decode(model, sources, 3, beam_size=216, alpha=alpha)
-    candidates = []
-    for length in (1, 2, 3):
-        for prefix in itertools.product(range(6), repeat=length - 1):
-            if END_ID in prefix:
-                continue
-            for last in range(6):
-                candidates.append(list(prefix) + [last] + [PAD_ID] * (3 - length))
-    candidates = np.array(candidates, np.int64)
-    for row in range(2):
-        repeated = np.repeat(sources[row:row + 1], len(candidates), axis=0)
-        log_probs, lengths = sequence_log_probs(model, repeated, candidates)
-        best = np.max(log_probs / length_penalty(lengths, alpha))
-        np.testing.assert_allclose(scores.numpy()[row], best, rtol=1e-5, atol=1e-5)
-
-
-def test_beam_scores_at_least_the_greedy_scores_on_a_trained_model(translator, test_pairs):
-    # Beam search scores at least as high as greedy decoding on almost every
-    # sentence, and higher on average. It cannot promise it for every sentence:
-    # when k other prefixes beat the greedy prefix, the greedy path is pruned
-    # (the session's tiny model is weak; 2 of its 64 test sentences do this).
-    sentences = [source for source, _ in test_pairs]
-    encoder_tokens, _ = translator.encode(sentences)
-    model = translator.transformer
-    greedy = cached_greedy_decode(model, encoder_tokens, 30)
-    g_log_probs, g_lengths = sequence_log_probs(model, encoder_tokens, greedy)
-    for alpha in (0.0, 0.6):
-        beam, scores = beam_search_decode(model, encoder_tokens, 30, beam_size=4, alpha=alpha)
-        b_log_probs, b_lengths = sequence_log_probs(model, encoder_tokens, beam)
-        g_scores = g_log_probs / length_penalty(g_lengths, alpha)
-        b_scores = b_log_probs / length_penalty(b_lengths, alpha)
-        np.testing.assert_allclose(scores.numpy(), b_scores, rtol=1e-4, atol=1e-4)
-        worse = b_scores < g_scores - 1e-5
-        better = b_scores > g_scores + 1e-5
-        assert worse.mean() <= 0.1, (alpha, b_scores - g_scores)
-        assert better.sum() > 3 * worse.sum() and b_scores.mean() > g_scores.mean()
-
+from transformer.translate import Translation, Translator
 
 # --- Translator --------------------------------------------------------------------
 
@@ -285,35 +73,6 @@ def test_translator_translates_the_toy_test_set(tiny_run, translator, test_pairs
     assert one.score == pytest.approx(one.log_prob)  # greedy: alpha 0
     assert one.log_prob < 0
 
-
-def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test_pairs):
-    # The Translator sends beam_size=1 to the greedy loop, so the beam-search
-    # code with a beam of 1 is called here directly (eagerly and compiled) and
-    # must give cached greedy decoding's tokens and log-probabilities.
-    sentences = [source for source, _ in test_pairs[:16]]
-    encoder_tokens, _ = translator.encode(sentences)
-    model = translator.transformer
-    max_length = translator.max_length
-    greedy = cached_greedy_decode(model, encoder_tokens, max_length).numpy()
-    log_probs, lengths = sequence_log_probs(model, encoder_tokens, greedy)
-    assert len(set(lengths)) >= 3  # sentences end at different steps
-    compiled = compile_decode(model, "beam")
-    no_flags = tf.zeros([len(sentences)], tf.bool)
-    limits = tf.fill([len(sentences)], max_length)
-    outputs = [(0.0, beam_search_decode(model, encoder_tokens, max_length, beam_size=1,
-                                        alpha=0.0))]
-    for alpha in (0.0, 0.6):
-        tokens, scores = compiled(encoder_tokens, limits, no_flags, tf.constant(1),
-                                  tf.constant(alpha), tf.constant(1))
-        outputs.append((alpha, (tokens[:, 0], scores[:, 0])))
-    for alpha, (tokens, scores) in outputs:
-        tokens = tokens.numpy()
-        assert tokens.shape == (len(sentences), max_length)
-        np.testing.assert_array_equal(tokens[:, :greedy.shape[1]], greedy)
-        assert (tokens[:, greedy.shape[1]:] == PAD_ID).all()
-        np.testing.assert_allclose(scores.numpy(), log_probs / length_penalty(lengths, alpha),
-                                   rtol=1e-4, atol=1e-4)
-    assert compiled.experimental_get_tracing_count() == 1
 
 
 def test_translator_greedy_and_beam(translator, test_pairs):
@@ -512,103 +271,6 @@ def test_unreadable_model_is_a_one_line_error(run_dir, tmp_path):
     assert "\n" not in str(info.value)
 
 
-# --- export ------------------------------------------------------------------------
-
-RELOAD_SCRIPT = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
-    sentences = json.loads(sys.argv[2])
-    results = []
-    for export_dir in json.loads(sys.argv[1]):
-        translator = tf.saved_model.load(export_dir)
-        batch = [t.decode() for t in translator(tf.constant(sentences)).numpy()]
-        one = translator(tf.constant(sentences[0])).numpy().decode()
-        beam = translator.translate(tf.constant(sentences), tf.constant(30), tf.constant(4),
-                                    tf.constant(0.6)).numpy()
-        def sample(seed, top_k):
-            return [t.decode() for t in translator.sample(
-                tf.constant(sentences), tf.constant(30), tf.constant(seed, tf.int64),
-                tf.constant(1.5), tf.constant(top_k), tf.constant(0.9)).numpy()]
-        results.append({"batch": batch, "one": one, "beam": [t.decode() for t in beam],
-                        "top1": sample(5, 1), "seeded": sample(5, 0) == sample(5, 0)})
-    imported = any(m.split(".")[0] == "transformer" for m in sys.modules)
-    print(json.dumps({"results": results, "imported_transformer": imported}))
-""")
-
-
-def test_export_reloads_in_a_fresh_process_with_the_same_translations(
-    tiny_run, translator, run_dir, test_pairs, tmp_path
-):
-    # train.py exported the tiny run at the end of training ...
-    assert tiny_run.export_dir is not None
-    assert (run_dir / "export" / "saved_model.pb").is_file()
-    # ... and from a run directory, the export goes to <run_dir>/export.
-    copy = copy_run(run_dir, tmp_path / "run")
-    export_dir = export_translator(copy)
-    assert export_dir == copy / "export" and (export_dir / "saved_model.pb").is_file()
-    sentences = [source for source, _ in test_pairs[:5]] + ["", "o gato xyzzyq"]
-    dirs = [str(run_dir / "export"), str(export_dir)]
-    done = subprocess.run(
-        [sys.executable, "-c", RELOAD_SCRIPT, json.dumps(dirs), json.dumps(sentences)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    reloaded = json.loads(done.stdout.strip().splitlines()[-1])
-    assert not reloaded["imported_transformer"]
-    expected = {
-        "batch": [r.text for r in translator(sentences)],
-        "one": translator(sentences[0]).text,
-        "beam": [r.text for r in translator(sentences, max_length=30, beam_size=4, alpha=0.6)],
-        "top1": [r.text for r in translator(sentences, max_length=30)],
-        "seeded": True,
-    }
-    assert expected["batch"][5] == ""
-    for result in reloaded["results"]:
-        assert result == expected
-
-
-def test_export_needs_a_directory_for_a_translator(translator):
-    with pytest.raises(ValueError, match="export_dir"):
-        export_translator(translator)
-
-
-def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    repo = str(Path(__file__).resolve().parents[1])
-    export_dir = tmp_path / "nb_export"
-    code = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {repo!r})
-        from transformer.translate import Translator, export_translator
-        translator = Translator.from_run({str(run_dir)!r})
-        export_translator(translator, {str(export_dir)!r})
-        print("exported")
-    """)
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
-    outputs = notebook.cells[0].outputs
-    assert any("exported" in output.get("text", "") for output in outputs), outputs
-    reloaded = tf.saved_model.load(str(export_dir))
-    sentence = "o gato come o bolo"
-    assert reloaded(tf.constant(sentence)).numpy().decode() == translator(sentence).text
-
-
-def test_cached_decoding_runs_under_mixed_precision():
-    # Float32 is where tokens must match exactly; bfloat16 must decode too.
-    from transformer import Transformer
-
-    model = Transformer(num_layers=2, d_model=32, num_heads=4, dff=64, input_vocab_size=60,
-                        target_vocab_size=50, max_length=32, dtype="mixed_bfloat16")
-    model.build(((None, None), (None, None)))
-    sources = random_sources(0, [5, 3])
-    tokens = cached_greedy_decode(model, sources, 6)
-    assert tokens.dtype == tf.int64 and tokens.shape[0] == 2 and tokens.shape[1] <= 6
-    beam, scores = beam_search_decode(model, sources, 6, beam_size=2, alpha=0.6)
-    assert beam.shape == (2, 6) and np.isfinite(scores.numpy()).all()
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -671,7 +333,7 @@ def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, t
         limits = output_limits(encoder_tokens, untrained.max_length, untrained.extra_length)
         tokens = cached_greedy_decode(model, encoder_tokens, int(limits[0]),
                                       row_limits=limits).numpy()[0]
-        n = _first_end_lengths([tokens])[0] or len(tokens)
+        n = first_end_lengths([tokens])[0] or len(tokens)
         np.testing.assert_array_equal(result.token_ids, tokens[:n])
         lengths.append((n, len(result.input_tokens) - 2))
     assert any(n > s + TRANSLATE_FIRST_PASS_EXTRA for n, s in lengths)  # a second pass ran

@@ -1,6 +1,7 @@
-"""Random models and run-directory helpers for test_translate.py.
+"""Random models and run-directory helpers for the decoding, translation and export tests.
 
-Trained-model tests use the session's `tiny_run` fixture (tests/conftest.py).
+Trained-model tests use the session's `tiny_run`, `run_dir`, `test_pairs` and
+`translator` fixtures (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ def random_sources(seed, lengths, vocab_size=SOURCE_VOCAB):
         batch[row, 0] = START_ID
         batch[row, length - 1] = END_ID
     return batch
+
+
+def first_end_lengths(tokens):
+    """Per row, the length up to and including the first `[END]`, or None without one."""
+    return [int(np.argmax(row == END_ID)) + 1 if (row == END_ID).any() else None
+            for row in np.asarray(tokens)]
 
 
 def copy_run(run_dir, destination):
