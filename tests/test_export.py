@@ -35,6 +35,7 @@ RELOAD_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh Python process loads TensorFlow
 def test_export_reloads_in_a_fresh_process_with_the_same_translations(
     tiny_run, translator, run_dir, test_pairs, tmp_path
 ):
@@ -71,6 +72,7 @@ def test_export_needs_a_directory_for_a_translator(translator):
         export_translator(translator)
 
 
+@pytest.mark.slow  # a Jupyter kernel starts
 def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
