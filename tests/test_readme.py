@@ -149,3 +149,30 @@ def test_the_options_that_may_change_on_resume_are_those_of_the_code():
     assert match, "README.md no longer says which options may change on --resume"
     listed = re.findall(r"`(--[a-z-]+)`", match.group(1))
     assert sorted(listed) == resumable_options()
+
+
+def test_the_defaults_the_readme_lists_are_the_recipes():
+    """README restates the real-text defaults for readers; they are the code's."""
+    from transformer.constants import DEFAULT_ALPHA
+    from transformer.model_config import PRESETS
+    from transformer.run.config import RunConfig
+    from transformer.run.recipes import (
+        CORPUS_DEFAULTS,
+        CORPUS_MODEL_DEFAULTS,
+        MAX_EPOCHS,
+        MIN_EPOCHS,
+        TARGET_PAIRS_SEEN,
+    )
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    tutorial = PRESETS[CORPUS_DEFAULTS["preset"]]
+    assert (f"the `{CORPUS_DEFAULTS['preset']}` preset: {tutorial.num_layers} layers, "
+            f"d_model {tutorial.d_model}, {tutorial.num_heads} heads, dff {tutorial.dff}") in text
+    assert f"(up to {RunConfig().vocab_size:,} pieces)" in text
+    assert CORPUS_DEFAULTS["shared_vocab"] and CORPUS_MODEL_DEFAULTS["normalize_first"]
+    assert CORPUS_MODEL_DEFAULTS["dropout_rate"] == 0 and "no dropout" in text
+    assert CORPUS_DEFAULTS["label_smoothing"] == 0 and "no label smoothing" in text
+    assert f"{CORPUS_DEFAULTS['batch_size']} pairs' worth of tokens" in text
+    assert f"the paper's {CORPUS_DEFAULTS['warmup_steps']:,}-step warm-up" in text
+    assert f"about {TARGET_PAIRS_SEEN:,} pairs, {MIN_EPOCHS} to {MAX_EPOCHS}" in text
+    assert f"beam {CORPUS_DEFAULTS['eval_beam_size']} and alpha {DEFAULT_ALPHA}" in text
