@@ -19,7 +19,9 @@ lower-cased, beam 4) against training minutes, with every peer JSON given by
 
 Example (the development corpus, the peer on the other core at the same time):
 
-    python bench/budget_curve.py --budgets 5 10 15 30 --core 0 \\
+    python bench/budget_curve.py --budgets 15 5 10 30 --core 0 \\
+        --peer bench/results/peer_joeynmt_cpu_45min.json --plot docs/budget_bleu.png
+    python bench/budget_curve.py --from-json bench/results/budget_curve.json \\
         --peer bench/results/peer_joeynmt_cpu_45min.json --plot docs/budget_bleu.png
 """
 
@@ -55,19 +57,21 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
 
 def train_and_translate(minutes: float, args, pairs) -> dict:
     """Trains (unless done) and translates the test split; returns the record."""
-    run_dir = args.runs / f"budget_{minutes:g}min"
+    name = f"budget_{minutes:g}min" + (f"_{args.tag}" if args.tag else "")
+    run_dir = args.runs / name
     pin = ["taskset", "-c", str(args.core)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     train_command = [
         sys.executable, str(REPO / "train.py"), "--data", str(args.corpus / "train.tsv"),
         "--valid", str(args.corpus / "valid.tsv"), "--test", str(args.corpus / "test.tsv"),
         "--time-budget", f"{minutes:g}m", "--output-dir", str(run_dir), "--no-export",
+        *args.train_args.split(),
     ]
     wall = None
     if not (run_dir / "metrics.json").is_file():
         resume = ["--resume"] if (run_dir / "config.json").is_file() else []
         started = time.perf_counter()
-        with open(args.runs / f"budget_{minutes:g}min.log", "a", encoding="utf-8") as log:
+        with open(args.runs / f"{name}.log", "a", encoding="utf-8") as log:
             subprocess.run(pin + train_command + resume, check=True, stdout=log,
                            stderr=subprocess.STDOUT, env=env)
         wall = round(time.perf_counter() - started, 1)
@@ -94,7 +98,7 @@ def train_and_translate(minutes: float, args, pairs) -> dict:
     }
 
 
-def plot(records: list[dict], peers: list[dict], path: Path) -> None:
+def plot(records: list[dict], peers: list[dict], path: Path, args_label: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -103,7 +107,8 @@ def plot(records: list[dict], peers: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     xs = [r["train_seconds"] / 60 for r in records]
     ys = [r["translate_beam4"]["bleu_lc_13a"] for r in records]
-    ax.plot(xs, ys, "o-", label="this project: train.py --time-budget (defaults)")
+    label = "this project: train.py --time-budget " + (args_label or "(defaults)")
+    ax.plot(xs, ys, "o-", label=label)
     for x, y in zip(xs, ys, strict=True):
         ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize=8)
@@ -136,9 +141,22 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "budget_curve")
     parser.add_argument("--peer", type=Path, nargs="*", default=[],
                         help="JSON files of bench/peer_joeynmt/run.py to plot beside")
+    parser.add_argument("--train-args", default="",
+                        help="more train.py options, e.g. '--precision mixed_bfloat16'")
+    parser.add_argument("--tag", default="", help="suffix of the run directories' names")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "budget_curve.json")
     parser.add_argument("--plot", type=Path, default=None, help="PNG to write")
+    parser.add_argument("--from-json", type=Path, nargs="+", default=None,
+                        help="only plot: the runs of these JSON files (written by this "
+                        "script), with --peer")
     args = parser.parse_args(argv)
+    peers = [json.loads(path.read_text(encoding="utf-8")) for path in args.peer]
+    if args.from_json:
+        records = [run for path in args.from_json
+                   for run in json.loads(path.read_text(encoding="utf-8"))["runs"]]
+        plot(sorted(records, key=lambda run: run["minutes"]), peers, args.plot or
+             BENCH / "results" / "budget_curve.png", args.train_args)
+        return 0
     for name in ("train.tsv", "valid.tsv", "test.tsv"):
         if not (args.corpus / name).is_file():
             parser.error(f"{args.corpus / name} not found (--corpus DIR)")
@@ -152,14 +170,13 @@ def main(argv=None) -> int:
         print(f"{minutes:g} min: {record['train_seconds']} s trained, {record['final_step']} "
               f"steps, BLEU lc beam 4 {record['translate_beam4']['bleu_lc_13a']}", flush=True)
     result["load_after"] = os.getloadavg()
-    peers = [json.loads(path.read_text(encoding="utf-8")) for path in args.peer]
     result["peers"] = [{"file": str(path), "setup": peer["setup"], "minutes": peer["minutes"],
                         "bleu_lc_13a": peer["bleu"]["bleu_lc_13a"]}
                        for path, peer in zip(args.peer, peers, strict=True)]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.plot:
-        plot(result["runs"], peers, args.plot)
+        plot(result["runs"], peers, args.plot, args.train_args)
     return 0
 
 

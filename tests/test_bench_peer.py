@@ -138,3 +138,20 @@ def test_validations_are_read_from_joeynmts_report(tmp_path):
     assert run.validations(tmp_path) == [{"step": 30, "valid_bleu": 0.0},
                                          {"step": 600, "valid_bleu": 12.34}]
     assert run.validations(tmp_path / "missing") == []
+
+
+def test_budget_curve_plots_its_runs_beside_the_peer(tmp_path):
+    import json
+
+    budget_curve = _load("budget_curve", BENCH / "budget_curve.py")
+    runs = {"runs": [
+        {"minutes": m, "train_seconds": 60.0 * m, "translate_beam4": {"bleu_lc_13a": b}}
+        for m, b in ((10, 30.0), (5, 20.0))
+    ]}
+    peer = {"setup": "cpu", "minutes": 45.0, "bleu": {"bleu_lc_13a": 25.0}}
+    (tmp_path / "runs.json").write_text(json.dumps(runs), encoding="utf-8")
+    (tmp_path / "peer.json").write_text(json.dumps(peer), encoding="utf-8")
+    png = tmp_path / "curve.png"
+    assert budget_curve.main(["--from-json", str(tmp_path / "runs.json"), "--peer",
+                              str(tmp_path / "peer.json"), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
