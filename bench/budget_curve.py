@@ -22,6 +22,7 @@ Example (the development corpus, the peer on the other core at the same time):
     python bench/budget_curve.py --budgets 15 5 10 30 --core 0 \\
         --peer bench/results/peer_joeynmt_cpu_45min.json --plot docs/budget_bleu.png
     python bench/budget_curve.py --from-json bench/results/budget_curve.json \\
+        bench/results/budget_curve_f32_15min_again.json bench/results/budget_curve_bf16.json \\
         --peer bench/results/peer_joeynmt_cpu_45min.json --plot docs/budget_bleu.png
 """
 
@@ -98,20 +99,22 @@ def train_and_translate(minutes: float, args, pairs) -> dict:
     }
 
 
-def plot(records: list[dict], peers: list[dict], path: Path, args_label: str = "") -> None:
+def plot(series: list[tuple[str, list[dict]]], peers: list[dict], path: Path) -> None:
+    """BLEU against training minutes: one line per (label, runs), a point per peer run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    xs = [r["train_seconds"] / 60 for r in records]
-    ys = [r["translate_beam4"]["bleu_lc_13a"] for r in records]
-    label = "this project: train.py --time-budget " + (args_label or "(defaults)")
-    ax.plot(xs, ys, "o-", label=label)
-    for x, y in zip(xs, ys, strict=True):
-        ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6),
-                    ha="center", fontsize=8)
+    for label, records in series:
+        records = sorted(records, key=lambda run: run["minutes"])
+        xs = [r["train_seconds"] / 60 for r in records]
+        ys = [r["translate_beam4"]["bleu_lc_13a"] for r in records]
+        ax.plot(xs, ys, "o-" if len(xs) > 1 else "o", label=label)
+        for x, y in zip(xs, ys, strict=True):
+            ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=8)
     for peer in peers:
         x = peer["minutes"]
         y = peer["bleu"]["bleu_lc_13a"]
@@ -125,10 +128,14 @@ def plot(records: list[dict], peers: list[dict], path: Path, args_label: str = "
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
+
+
+def _label(train_args: str) -> str:
+    return "this project, train.py --time-budget " + (train_args or "(the defaults)")
 
 
 def main(argv=None) -> int:
@@ -152,10 +159,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     peers = [json.loads(path.read_text(encoding="utf-8")) for path in args.peer]
     if args.from_json:
-        records = [run for path in args.from_json
-                   for run in json.loads(path.read_text(encoding="utf-8"))["runs"]]
-        plot(sorted(records, key=lambda run: run["minutes"]), peers, args.plot or
-             BENCH / "results" / "budget_curve.png", args.train_args)
+        recorded = [json.loads(path.read_text(encoding="utf-8")) for path in args.from_json]
+        series = [(result.get("label") or _label(result.get("train_args", "")), result["runs"])
+                  for result in recorded]
+        plot(series, peers, args.plot or BENCH / "results" / "budget_curve.png")
         return 0
     for name in ("train.tsv", "valid.tsv", "test.tsv"):
         if not (args.corpus / name).is_file():
@@ -163,6 +170,7 @@ def main(argv=None) -> int:
     args.runs.mkdir(parents=True, exist_ok=True)
     pairs = read_pairs(args.corpus / "test.tsv")
     result = {"date": datetime.date.today().isoformat(), "machine": machine(),
+              "train_args": args.train_args,
               "load_before": os.getloadavg(), "runs": []}
     for minutes in args.budgets:
         record = train_and_translate(minutes, args, pairs)
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.plot:
-        plot(result["runs"], peers, args.plot, args.train_args)
+        plot([(_label(args.train_args), result["runs"])], peers, args.plot)
     return 0
 
 
