@@ -77,6 +77,7 @@ def reference_run(data_args, tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow  # TensorFlow in a subprocess
 def test_tiny_run_writes_its_directory_and_is_not_overwritten(data_args, reference_run):
     out, result = reference_run
     assert "Traceback" not in result.stderr
@@ -165,6 +166,7 @@ def test_sigkill_mid_epoch_then_resume_continues_exactly(data_args, reference_ru
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1", "2"]
 
 
+@pytest.mark.slow  # TensorFlow in a subprocess
 def test_flag_and_data_errors_are_one_line(tmp_path):
     bad_tsv = tmp_path / "bad.tsv"
     bad_tsv.write_text("o gato\tthe cat\nsem tradução\n", encoding="utf-8")

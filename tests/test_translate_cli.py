@@ -82,6 +82,7 @@ def _assert_one_line_error(done, *needles):
         assert needle in lines[0]
 
 
+@pytest.mark.slow  # TensorFlow in a subprocess
 def test_arguments_are_translated_as_a_batch_with_tokens(run_dir, sentences, translator,
                                                          tmp_path):
     long_sentence = " ".join(["o gato preto come o bolo"] * 12)
@@ -98,6 +99,7 @@ def test_arguments_are_translated_as_a_batch_with_tokens(run_dir, sentences, tra
         assert lines[3 * i + 2] == "  output tokens: " + " ".join(result.tokens)
 
 
+@pytest.mark.slow  # TensorFlow in a subprocess
 def test_stdin_lines_beam_search_and_one_plot_per_sentence(run_dir, sentences, translator,
                                                             tmp_path):
     stdin = f"{sentences[0]}\n\n{sentences[1]}\n"
@@ -200,6 +202,7 @@ def test_stdin_lines_that_are_not_utf8_are_named_and_nothing_is_translated(run_d
     ]
 
 
+@pytest.mark.slow  # TensorFlow in a subprocess
 def test_html_writes_one_self_contained_explorer_per_sentence(run_dir, sentences, translator,
                                                                 tmp_path):
     done = _run(["--run", run_dir, sentences[0], sentences[1], "--html", "out/explorer.html"],
