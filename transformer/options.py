@@ -12,8 +12,9 @@ Example:
 >>> @dataclasses.dataclass
 ... class Settings:
 ...     steps: int = setting(10, "updates to train", section="schedule", kind="positive_int")
->>> settings_option(dataclasses.fields(Settings)[0]).flag
-'--steps'
+>>> field = dataclasses.fields(Settings)[0]
+>>> option_flag(field), settings_option(field).help
+('--steps', 'updates to train')
 """
 
 from __future__ import annotations
