@@ -123,7 +123,7 @@ def _show(value) -> str:
 
 
 def default_context() -> dict:
-    """The names the `default_help` templates and the help texts may use."""
+    """The names the `default_help` templates may use (help texts are plain strings)."""
     presets = "; ".join(f"{name}: " + ", ".join(f"{k}={v}" for k, v in preset.to_dict().items())
                         for name, preset in sorted(PRESETS.items()))
     return dict(toy=TOY_DEFAULTS, corpus=CORPUS_DEFAULTS, toy_preset=PRESETS["toy"],
@@ -203,14 +203,14 @@ def build_parser(suppress_defaults: bool = False, schema=RunConfig) -> argparse.
         else:
             default = None if is_model else field.default
         _add_setting(groups[option.section], field, option, is_model, default, context)
-    resume = argparse.SUPPRESS if suppress_defaults else False
+    off = argparse.SUPPRESS if suppress_defaults else False  # the two run flags' default
     groups["run"].add_argument(
-        "--resume", action="store_true", default=resume,
+        "--resume", action="store_true", default=off,
         help="continue the run in --output-dir from its last checkpoint, with its saved "
         "settings; only " + ", ".join(resumable_options()) + " may change (any other "
         "option, --precision included, must match the saved run or is refused)")
     groups["run"].add_argument(
-        "--no-export", action="store_true", default=resume,
+        "--no-export", action="store_true", default=off,
         help="do not export the translator to <output-dir>/export (default: export it)")
     return parser
 
