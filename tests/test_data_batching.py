@@ -263,13 +263,13 @@ def test_padded_width_rounds_up_to_the_step():
         padded_width(np.array([3]), 0)
 
 
-def test_pair_lengths_is_the_longer_of_context_and_x():
-    from transformer.data.batching import TokenizedPairs, pair_lengths
+def test_tokenized_pairs_lengths_are_the_longer_of_context_and_x():
+    from transformer.data.batching import TokenizedPairs
 
     context = tf.ragged.constant([[2, 5, 3], [2, 5, 6, 7, 3], [2, 3]], tf.int32)
     target = tf.ragged.constant([[2, 4, 4, 4, 4, 3], [2, 3], [2, 4, 3]], tf.int32)
     # x is the target without its last token: 5, 1 and 2 tokens.
-    lengths = pair_lengths(TokenizedPairs(context, target, max_tokens=8))
+    lengths = TokenizedPairs(context, target, max_tokens=8).lengths
     assert lengths.tolist() == [5, 5, 2]
 
 
@@ -278,10 +278,8 @@ def test_budget_stream_is_pass_after_pass_of_exactly_the_planned_pairs(tokenized
     """Two passes: batch for batch, the stream holds the pairs `token_budget_batches`
     plans for pass 0 and then for pass 1 (another order), with nothing else but
     all-padding rows."""
-    from transformer.data.batching import pair_lengths
-
     budget, seed = 200, 3
-    lengths = pair_lengths(tokenized)
+    lengths = tokenized.lengths
     plan = [
         batch
         for pass_index in (0, 1)

@@ -68,6 +68,24 @@ def test_for_resume_allows_only_some_changes():
         saved.for_resume(seed=3)
 
 
+def test_resumed_with_keeps_what_the_corpus_sized_and_refuses_other_changes():
+    """The config a resumed run starts from: the saved one with the new run's
+    resumable settings; the fields the new config leaves to the corpus (None)
+    keep the saved values."""
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(data="pairs.tsv", output_dir="runs/x", epochs=7, steps_per_epoch=858,
+                      batch_tokens=357)
+    asked = RunConfig(data="pairs.tsv", output_dir="runs/x", checkpoint_every=50)
+    resumed = saved.resumed_with(asked)
+    assert (resumed.epochs, resumed.steps_per_epoch, resumed.batch_tokens) == (7, 858, 357)
+    assert resumed.checkpoint_every == 50
+    assert saved.resumed_with(RunConfig(data="pairs.tsv", output_dir="runs/x",
+                                        epochs=9)).epochs == 9
+    with pytest.raises(ValueError, match="Cannot change `batch_tokens`"):
+        saved.resumed_with(RunConfig(data="pairs.tsv", output_dir="runs/x", batch_tokens=500))
+
+
 def test_configs_written_before_the_tokenizer_choice_load_as_wordpiece():
     from transformer.run.config import RunConfig
 

@@ -226,20 +226,18 @@ def test_fingerprints_of_tfds_and_toy_data_name_what_changed(tmp_path):
     assert tfds["validation"] == {"name": "ted_hrlr_translate/pt_to_en", "split": "validation",
                                   "version": "1.0.0", "pairs": 1,
                                   "sha256": pairs_sha256([("e", "f")])}
-    (tmp_path / "config.json").write_text(json.dumps({"data_fingerprint": tfds}))
-    check_data_unchanged(tmp_path, tfds)  # the same data: nothing to say
+    check_data_unchanged(tmp_path, tfds, tfds)  # the same data: nothing to say
     corpus.version = "1.1.0"
     with pytest.raises(RunDirError) as error:
-        check_data_unchanged(tmp_path, data_fingerprint(config, corpus))
+        check_data_unchanged(tmp_path, tfds, data_fingerprint(config, corpus))
     assert "ted_hrlr_translate/pt_to_en split 'test' differs" in str(error.value)
     assert "version 1.0.0" in str(error.value) and "version 1.1.0" in str(error.value)
 
     toy = data_fingerprint(RunConfig(), corpus)
     assert toy["toy"]["split_pairs"] == [2, 1, 1] and toy["toy"]["seed"] == 0
-    (tmp_path / "config.json").write_text(json.dumps({"data_fingerprint": toy}))
     corpus.train[0] = ("a", "B")  # another generator, the same sizes
     with pytest.raises(RunDirError, match=r"the toy corpus \(seed 0\) differs"):
-        check_data_unchanged(tmp_path, data_fingerprint(RunConfig(), corpus))
+        check_data_unchanged(tmp_path, toy, data_fingerprint(RunConfig(), corpus))
 
 
 def test_a_config_without_fingerprint_resumes_with_a_warning_and_gets_one(

@@ -383,3 +383,13 @@ def test_shared_vocabulary_and_fitted_warmup_run_end_to_end(tiny_tsv, tmp_path):
     assert Translator.from_run(run_dir)(source, return_attention=False).text == translation
     reloaded = tf.saved_model.load(str(result.export_dir))
     assert reloaded(tf.constant([source])).numpy()[0].decode() == translation
+
+
+def test_fit_calls_finish_an_interrupted_epoch_then_fit_the_rest():
+    from transformer.run.trainer import _fit_calls
+
+    assert _fit_calls(0, 10, 3) == [(0, 3, 10, 0)]  # a new run: one call
+    assert _fit_calls(20, 10, 3) == [(2, 3, 10, 20)]  # stopped between epochs
+    assert _fit_calls(14, 10, 3) == [(1, 2, 6, 14), (2, 3, 10, 20)]  # mid-epoch
+    assert _fit_calls(24, 10, 3) == [(2, 3, 6, 24)]  # mid-way through the last epoch
+    assert _fit_calls(30, 10, 3) == []

@@ -67,6 +67,13 @@ class TokenizedPairs:
     def __len__(self) -> int:
         return int(self.context.nrows())
 
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        """Each pair's padded length in a batch: the longer of `context` and `x`."""
+        source = np.diff(self.context.row_splits.numpy())
+        target = np.diff(self.target.row_splits.numpy()) - 1  # x drops the last token
+        return np.maximum(source, target)
+
 
 def _trim_keep_end(rows: tf.RaggedTensor, limit: int) -> tuple[tf.RaggedTensor, np.ndarray]:
     """Trims every row to `limit` tokens, keeping its last token (`[END]`).
@@ -230,13 +237,6 @@ def _gather(context_rows, target_rows, indices, context_shape=None, target_shape
     return (context, x), labels
 
 
-def pair_lengths(tokenized: TokenizedPairs) -> np.ndarray:
-    """Each pair's padded length in a batch: the longer of `context` and `x`."""
-    source = np.diff(tokenized.context.row_splits.numpy())
-    target = np.diff(tokenized.target.row_splits.numpy()) - 1  # x drops the last token
-    return np.maximum(source, target)
-
-
 def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
                          pool_batches: int = 100, length_step: int = 1) -> list[np.ndarray]:
     """One pass over the pairs as batches of about equal length under a token budget.
@@ -252,7 +252,7 @@ def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
     batches, and almost no padding is computed.
 
     Args:
-        lengths: int `(num_pairs,)`, see `pair_lengths`.
+        lengths: int `(num_pairs,)`, see `TokenizedPairs.lengths`.
         batch_tokens: the most padded tokens per batch and side; a pair
             longer than that gets a batch of its own.
         seed, pass_index: the order of this pass (the same for the same pair).
@@ -322,7 +322,7 @@ def budget_batches_from_tokens(
         A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
     """
     check_positive_int("batch_tokens", batch_tokens)
-    lengths = pair_lengths(tokenized)
+    lengths = tokenized.lengths
 
     def indices():
         pass_index = 0
@@ -360,7 +360,7 @@ def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0
                      length_step: int = 1) -> int:
     """How many token-budget batches the first pass over the pairs makes."""
     return len(token_budget_batches(
-        pair_lengths(tokenized), batch_tokens, seed, 0, length_step=length_step
+        tokenized.lengths, batch_tokens, seed, 0, length_step=length_step
     ))
 
 

@@ -332,8 +332,14 @@ class RunConfig:
     def load(cls, run_dir) -> RunConfig:
         """The config of a run directory (its `config.json`)."""
         path = Path(run_dir) / rundir.CONFIG_FILE
+        return cls.from_record(rundir.read_json(path), path)
+
+    @classmethod
+    def from_record(cls, record: dict, path) -> RunConfig:
+        """The config of `record`, the content of the `config.json` at `path`;
+        a `RunDirError` naming `path` when it is not a valid one."""
         try:
-            return cls.from_dict(rundir.read_json(path))
+            return cls.from_dict(record)
         except (TypeError, ValueError) as err:
             if isinstance(err, rundir.RunDirError):
                 raise
@@ -368,6 +374,17 @@ class RunConfig:
                     "start a new run in another output directory."
                 )
         return self.replace(**{k: v for k, v in changes.items() if k in RESUMABLE_FIELDS})
+
+    def resumed_with(self, config: RunConfig) -> RunConfig:
+        """This (saved) config with the settings of `config` that a resumed run
+        may change (`for_resume`; the others must be equal or unset). The
+        fields that `config` leaves to the corpus (None) keep their saved values."""
+        changes = config.to_dict()
+        changes.update(changes.pop("model"))
+        for name in ("steps_per_epoch", "epochs", "batch_tokens"):
+            if getattr(config, name) is None:
+                changes.pop(name)
+        return self.for_resume(**changes)
 
 
 def resume_config(run_dir, changes: dict[str, Any]) -> RunConfig | None:

@@ -8,14 +8,15 @@ so that an interruption at any moment leaves them usable.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from pathlib import Path
 
 from transformer import rundir
-from transformer.data.tokenizers import save_tokenizers
 from transformer.run.checkpoints import latest_checkpoint
 from transformer.run.config import RunConfig
+from transformer.run.fingerprint import FINGERPRINT_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,29 @@ def run_files(run_dir: Path) -> list[str]:
     return sorted(entry.name for entry in run_dir.iterdir()) if run_dir.is_dir() else []
 
 
-def prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> RunConfig | None:
-    """Checks the output directory; returns the saved config when resuming one."""
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+    """A run to continue, as its `config.json` describes it.
+
+    Attributes:
+        config: the saved config with the changes the resumed run makes
+            (`RunConfig.resumed_with`).
+        data_fingerprint: the fingerprint of the data it was trained on
+            (`transformer.run.fingerprint`); None in a `config.json` written
+            before fingerprints were kept.
+    """
+
+    config: RunConfig
+    data_fingerprint: dict | None
+
+
+def prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> SavedRun | None:
+    """Checks the output directory; returns the saved run when resuming one.
+
+    Raises:
+        transformer.rundir.RunDirError: the directory cannot be used, or
+            `config` changes a setting that a resumed run must keep.
+    """
     run_dir = config.run_dir
     if run_dir.exists() and not run_dir.is_dir():
         raise rundir.RunDirError(f"Output directory {str(run_dir)!r} exists and is not a directory.")
@@ -48,7 +70,10 @@ def prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> RunConfig |
         remove_leftovers(run_dir)  # only in a directory of ours
         files = run_files(run_dir)
     if has_config:
-        return RunConfig.load(run_dir)
+        path = run_dir / rundir.CONFIG_FILE
+        record = rundir.read_json(path)
+        saved = RunConfig.from_record(record, path)
+        return SavedRun(saved.resumed_with(config), record.get(FINGERPRINT_KEY))
     strangers = [name for name in files if name not in ours]
     if strangers:
         raise rundir.RunDirError(
@@ -65,24 +90,6 @@ def prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> RunConfig |
         logger.info("Nothing to resume in %s (the run stopped before it began); starting anew.",
                     run_dir)
     return None
-
-
-def check_resume(config: RunConfig, saved: RunConfig) -> RunConfig:
-    """The saved config with the allowed changes of `config`; raises on the others."""
-    changes = config.to_dict()
-    changes.update(changes.pop("model"))
-    # Fields sized from the corpus (None until then) take the saved values.
-    for name in ("steps_per_epoch", "epochs", "batch_tokens"):
-        if getattr(config, name) is None:
-            changes.pop(name)
-    return saved.for_resume(**changes)
-
-
-def save_tokenizers_anew(tokenizers, directory: Path) -> None:
-    # No rename dance is needed: config.json is written after the tokenizers,
-    # and a directory without config.json is started anew on --resume.
-    shutil.rmtree(directory, ignore_errors=True)
-    save_tokenizers(tokenizers, directory)
 
 
 def resume_checkpoint(run_dir: Path) -> str | None:

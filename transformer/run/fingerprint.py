@@ -89,18 +89,19 @@ def data_fingerprint(config, corpus: Corpus) -> dict[str, dict]:
     }
 
 
-def check_data_unchanged(run_dir: Path, fingerprint: dict[str, dict]) -> None:
+def check_data_unchanged(run_dir: Path, saved: dict[str, dict] | None,
+                         fingerprint: dict[str, dict]) -> None:
     """Refuses to resume the run in `run_dir` on other data than it was trained on.
 
     Args:
-        run_dir: the run directory, whose `config.json` holds the saved fingerprint.
+        run_dir: the run directory, named in the messages.
+        saved: the fingerprint its `config.json` holds (None if it has none).
         fingerprint: `data_fingerprint` of the data read now.
 
     Raises:
         transformer.rundir.RunDirError: an input differs; one line naming it,
             with what was saved and what was read.
     """
-    saved = rundir.read_json(run_dir / rundir.CONFIG_FILE).get(FINGERPRINT_KEY)
     if saved is None:
         logger.warning(
             "%s records no fingerprint of the run's data (it was written by an older "

@@ -30,12 +30,11 @@ from transformer.data.batching import (
     batches_per_pass,
     budget_batches_from_tokens,
     fixed_batches_from_tokens,
-    pair_lengths,
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
-from transformer.data.tokenizers import build_tokenizers, load_tokenizers
+from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.run.allocator import keep_freed_memory
 from transformer.run.callbacks import (
     CheckpointSaver,
@@ -50,12 +49,11 @@ from transformer.run.callbacks import (
 from transformer.run.checkpoints import average_last_checkpoints, open_checkpoints
 from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
 from transformer.run.directory import (
-    check_resume,
+    SavedRun,
     prepare_run_dir,
     record_checkpoint,
     resume_checkpoint,
     save_model_atomic,
-    save_tokenizers_anew,
     truncate_metrics_csv,
 )
 from transformer.run.distribute import is_chief, make_strategy, worker_name
@@ -176,6 +174,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         # `steps_per_epoch`): from here on every stage sees that one config.
         data, sized = _load_data(session)
         session = dataclasses.replace(session, config=sized)
+        if session.chief:  # once the data are ready: a run with config.json can resume
+            _write_config(session.run_dir, session.config, data)
         state = _build_model(session, data)
         history, final_step = _fit(session, data, state, verbose)
         average_last_checkpoints(state.checkpoint, state.checkpoint_manager,
@@ -185,7 +185,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         if session.chief:
             evaluation, examples = _evaluate(session, data, state.model)
             _write_metrics(session, evaluation, final_step, fingerprint,
-                           float(state.train_seconds.numpy()))
+                           float(state.clock.seconds.numpy()))
             if export:
                 export_dir = _export(session.run_dir)
         return TrainResult(
@@ -220,7 +220,7 @@ class _Session:
             corpus sized (`_sized`).
         strategy: the `tf.distribute.Strategy`.
         chief: whether this process writes the run directory.
-        resuming: whether a saved run is continued (its config was read).
+        saved: the saved run that is continued, None for a new run.
         run_dir: the run directory.
         write_dir: where this process writes: `run_dir` on the chief, a
             temporary directory on the other workers.
@@ -232,11 +232,16 @@ class _Session:
     config: RunConfig
     strategy: tf.distribute.Strategy
     chief: bool
-    resuming: bool
+    saved: SavedRun | None
     run_dir: Path
     write_dir: Path
     started: float
     resume_from: str | None = None
+
+    @property
+    def resuming(self) -> bool:
+        """Whether a saved run is continued."""
+        return self.saved is not None
 
 
 @dataclasses.dataclass
@@ -255,13 +260,14 @@ class _Data:
 @dataclasses.dataclass
 class _ModelState:
     """The compiled model, its checkpoints, the step it starts from and the
-    seconds already trained (`train_seconds`, a variable of the checkpoint)."""
+    clock of its training time (`clock.seconds`, a variable of the checkpoint,
+    holds the seconds already trained)."""
 
     model: keras.Model
     checkpoint: tf.train.Checkpoint
     checkpoint_manager: tf.train.CheckpointManager
     initial_step: int
-    train_seconds: tf.Variable
+    clock: TrainingClock
 
 
 # --------------------------------------------------------------------------
@@ -273,25 +279,25 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
     """Creates the strategy (first, as `tf.distribute` requires) and checks the run directory."""
     keep_freed_memory()
     strategy = make_strategy(config.strategy, config.cpu_devices)
-    chief = is_chief(strategy)
-    saved = prepare_run_dir(config, resume, chief)
+    chief, worker = is_chief(strategy), worker_name(strategy)
+    saved = prepare_run_dir(config, resume, chief)  # or a one-line refusal
     resume_from = None
     if saved is not None:
-        config = check_resume(config, saved)
+        config = saved.config
         resume_from = resume_checkpoint(config.run_dir)  # or a one-line refusal
     run_dir = config.run_dir
     write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
     if not chief:
         logger.info("%s writes its copies to %s (deleted at the end).",
-                    worker_name(strategy).capitalize(), write_dir)
-    return _Session(config=config, strategy=strategy, chief=chief, resuming=saved is not None,
+                    worker.capitalize(), write_dir)
+    return _Session(config=config, strategy=strategy, chief=chief, saved=saved,
                     run_dir=run_dir, write_dir=write_dir, started=started,
                     resume_from=resume_from)
 
 
 def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
-    """Loads the corpus, builds (or reloads) the tokenizers and writes `config.json`;
-    returns the data and the config sized from the corpus."""
+    """Loads the corpus, builds (or reloads) the tokenizers and tokenizes the
+    pairs; returns the data and the config sized from the corpus."""
     config = session.config
     corpus = load_corpus(
         dataset=config.dataset,
@@ -309,27 +315,27 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
                 len(corpus.train), len(corpus.valid), len(corpus.test))
     fingerprint = data_fingerprint(config, corpus)
     if session.resuming:
-        check_data_unchanged(session.run_dir, fingerprint)  # or a one-line refusal
+        check_data_unchanged(session.run_dir, session.saved.data_fingerprint,
+                             fingerprint)  # or a one-line refusal
     session.write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
     tokenizers = _tokenizers(session, corpus)
     max_tokens = config.resolved_max_tokens
     train_tokens = tokenize_pairs(corpus.train, tokenizers, max_tokens)
+    valid_batches = None
+    if corpus.valid:
+        valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
+        valid_batches = batches_from_tokens(
+            valid_tokens, config.batch_size, shuffle=False).with_options(_sharding_options())
     config = _sized(config, train_tokens)
     data = _Data(
         corpus=corpus,
         fingerprint=fingerprint,
         tokenizers=tokenizers,
         train_tokens=train_tokens,
-        valid_batches=None,
+        valid_batches=valid_batches,
         input_vocab_size=int(tokenizers.source.get_vocab_size()),
         target_vocab_size=int(tokenizers.target.get_vocab_size()),
     )
-    if session.chief:
-        _write_config(session.run_dir, config, data)
-    if corpus.valid:
-        valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
-        valid_batches = batches_from_tokens(valid_tokens, config.batch_size, shuffle=False)
-        data.valid_batches = valid_batches.with_options(_sharding_options())
     return data, config
 
 
@@ -343,9 +349,10 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         optimizer = make_optimizer(
             config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps
         )
-        if config.time_budget is not None and config.fit_warmup:
+        schedule = learning_rate_schedule(optimizer) if config.fit_warmup else None
+        if config.time_budget is not None and schedule is not None:
             # The budget may end the warm-up too (TrainingClock tells the schedule).
-            learning_rate_schedule(optimizer).set_time_progress(0.0)
+            schedule.set_time_progress(0.0)
         model.compile(
             optimizer=optimizer,
             # Token-budget batches have a new shape every few steps, and the XLA
@@ -373,8 +380,9 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         epoch, batch = divmod(initial_step, config.steps_per_epoch)
         logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                     epoch + 1, batch)
+    clock = TrainingClock(train_seconds, config.time_budget, schedule)
     return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
-                       initial_step=initial_step, train_seconds=train_seconds)
+                       initial_step=initial_step, clock=clock)
 
 
 def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[dict, int]:
@@ -385,9 +393,8 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
     """
     config = session.config
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
-    schedule = learning_rate_schedule(state.model.optimizer) if config.fit_warmup else None
-    clock = TrainingClock(state.train_seconds, config.time_budget, schedule)
-    fitter = _Fitter(session, data, state.model, _callbacks(session, state, clock), verbose)
+    clock = state.clock
+    fitter = _Fitter(session, data, state.model, _callbacks(session, state), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
     if step >= total_steps:
@@ -397,17 +404,35 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
         logger.info("%s has already used its time budget of %s (%d steps); evaluating it.",
                     session.run_dir, format_seconds(config.time_budget), step)
     else:
-        epoch, offset = divmod(step, steps_per_epoch)
-        if offset:  # finish the interrupted epoch first
-            fitter.fit(epoch, epoch + 1, steps_per_epoch - offset, step)
-            epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
-        if epoch < config.epochs and not clock.exhausted:
-            fitter.fit(epoch, config.epochs, steps_per_epoch, step)
+        for first_epoch, last_epoch, steps, start_step in _fit_calls(
+                step, steps_per_epoch, config.epochs):
+            if clock.exhausted:
+                break
+            fitter.fit(first_epoch, last_epoch, steps, start_step)
     final_step = optimizer_step(state.model.optimizer)
     if final_step > state.initial_step:
         logger.info("Trained %d steps in %.0f s.", final_step - state.initial_step,
                     time.perf_counter() - train_started)
     return fitter.history, final_step
+
+
+def _fit_calls(step: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, int, int, int]]:
+    """The `fit` calls from `step` on, as `(first_epoch, last_epoch, steps, start_step)`:
+    the rest of an interrupted epoch first, then the remaining epochs.
+
+    >>> _fit_calls(0, 10, 3)
+    [(0, 3, 10, 0)]
+    >>> _fit_calls(14, 10, 3)
+    [(1, 2, 6, 14), (2, 3, 10, 20)]
+    """
+    epoch, offset = divmod(step, steps_per_epoch)
+    calls = []
+    if offset:
+        calls.append((epoch, epoch + 1, steps_per_epoch - offset, step))
+        epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
+    if epoch < epochs:
+        calls.append((epoch, epochs, steps_per_epoch, step))
+    return calls
 
 
 def _save_model(session: _Session, model, final_step: int) -> str:
@@ -487,7 +512,10 @@ def _tokenizers(session: _Session, corpus: Corpus):
         shared=config.shared_vocab, learn_params=config.tokenizer_learn_params,
     )
     if session.chief:
-        save_tokenizers_anew(tokenizers, tokenizers_dir)
+        # No rename dance is needed: config.json is written after the tokenizers,
+        # and a directory without config.json is started anew on --resume.
+        shutil.rmtree(tokenizers_dir, ignore_errors=True)
+        save_tokenizers(tokenizers, tokenizers_dir)
     return tokenizers
 
 
@@ -495,7 +523,7 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
     """The config with `epochs`, `batch_tokens` and `steps_per_epoch` resolved
     from the corpus where they were None, in one new config: the recipe's rule
     (`size_epochs_and_batches`) on the pairs' lengths, then the passes' batches."""
-    lengths = pair_lengths(train_tokens)
+    lengths = train_tokens.lengths
     sized = size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
     batch_tokens = sized.get("batch_tokens", config.batch_tokens)
     if config.steps_per_epoch is None:
@@ -544,12 +572,11 @@ def _train_stream(tokens: TokenizedPairs, config: RunConfig, start_step: int) ->
     return stream.with_options(_sharding_options())
 
 
-def _callbacks(session: _Session, state: _ModelState,
-               clock: TrainingClock) -> list[keras.callbacks.Callback]:
+def _callbacks(session: _Session, state: _ModelState) -> list[keras.callbacks.Callback]:
     """The callbacks of `fit`, in order: the NaN stop and the clock come before
     the checkpoint saver."""
     config, run_dir = session.config, session.run_dir
-    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), clock]
+    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), state.clock]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
         truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
@@ -558,7 +585,7 @@ def _callbacks(session: _Session, state: _ModelState,
                                      functools.partial(record_checkpoint, session.write_dir)))
     # The progress bar (when shown) finishes its line before the summary.
     callbacks.append(keras.callbacks.ProgbarLogger())
-    callbacks.append(EpochSummary(config.epochs, clock))
+    callbacks.append(EpochSummary(config.epochs, state.clock))
     if session.chief:
         # Epoch scalars only: train/ and validation/ event files, at step = epoch index.
         callbacks.append(keras.callbacks.TensorBoard(
