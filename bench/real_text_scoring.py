@@ -93,5 +93,6 @@ def machine():
         "cpu_count": os.cpu_count(),
         "amx_bf16": "amx_bf16" in flags,
         "avx512f": "avx512f" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }

@@ -67,6 +67,7 @@ from transformer.model import Transformer  # noqa: E402
 from transformer.model_config import PRESETS, TransformerConfig  # noqa: E402
 from transformer.run import RunConfig  # noqa: E402
 from transformer.run import default_precision as library_default_precision  # noqa: E402
+from transformer.run.precision import cpu_flags  # noqa: E402
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -93,16 +94,6 @@ CEILING_N = 2048  # the ceiling: one (N x N) @ (N x N) matmul, 2 N^3 FLOPs
 
 # The label smoothing train.py uses by default (0.1, section 5.4).
 LABEL_SMOOTHING = RunConfig.__dataclass_fields__["label_smoothing"].default
-
-
-def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 # ---------------------------------------------------------------------------

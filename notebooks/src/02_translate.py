@@ -122,7 +122,8 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 # non-padding tokens, §5.3-5.4), evaluates on the test split (greedy decoding,
 # exact match and BLEU) and writes the run directory. One thing differs: the
 # precision. `RunConfig` trains in float32 unless given `precision=...`, while
-# `python train.py` picks `mixed_bfloat16` on CPUs with AMX and float32
+# `python train.py` picks `mixed_bfloat16` where bfloat16 trains faster (CPUs
+# with AMX, AMD CPUs with AVX-512 BF16) and float32
 # elsewhere (`transformer.run.precision.default_precision`). On two CPU cores
 # this takes a few minutes. A finished run is loaded instead.
 

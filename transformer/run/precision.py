@@ -8,48 +8,66 @@ from __future__ import annotations
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 _AMX_BF16 = "amx_bf16"
+_AVX512_BF16 = "avx512_bf16"
+_AMD = "AuthenticAMD"
 
 
 def cpu_flags(cpuinfo_path="/proc/cpuinfo") -> set[str]:
-    """The CPU feature flags of `/proc/cpuinfo` (empty where there is none, e.g. macOS)."""
+    """The CPU feature flags of `/proc/cpuinfo`, and its `vendor_id` among them
+    (empty where there is none, e.g. macOS)."""
+    found: set[str] = set()
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    found.add(value.strip())
+                elif line.startswith("flags"):
+                    return found | set(value.split())
     except OSError:
         pass
-    return set()
+    return found
 
 
 def default_precision(flags: set[str] | None = None) -> str:
     """The precision `train.py` uses unless told: the one decision, in one place.
 
-    `mixed_bfloat16` when the CPU has AMX tiles for bfloat16 (the `amx_bf16`
-    flag of `/proc/cpuinfo`), else `float32`. bfloat16 keeps float32's exponent
-    range, so it needs no loss scaling; variables stay float32.
+    `mixed_bfloat16` where bfloat16 matrix products are faster than float32's:
+    on CPUs with AMX tiles for bfloat16 (the `amx_bf16` flag of
+    `/proc/cpuinfo`), and on AMD CPUs with AVX-512 BF16 (`avx512_bf16`, Zen 4
+    and later); `float32` elsewhere. bfloat16 keeps float32's exponent range,
+    so it needs no loss scaling; variables stay float32.
 
-    AVX-512 BF16 alone (`avx512_bf16`, without AMX) is not enough: its
-    bfloat16 matrix products run slower than float32's, so a
-    `mixed_bfloat16` step is slower than a float32 one there (measurements in
-    BENCHMARKS.md, "Training speed", and bench/TRAIN_SPEED.md).
+    On Intel CPUs AVX-512 BF16 without AMX is not enough: there a
+    `mixed_bfloat16` step is slower than a float32 one (measurements in
+    BENCHMARKS.md, "Training speed", and "Real text against JoeyNMT" for the
+    AMD CPU).
 
     Args:
-        flags: CPU flags to decide from; read from `/proc/cpuinfo` by default.
+        flags: CPU flags (and vendor) to decide from, as `cpu_flags` returns
+            them; read from `/proc/cpuinfo` by default.
 
     Returns:
         `"mixed_bfloat16"` or `"float32"`.
     """
+    return "mixed_bfloat16" if _native_bfloat16(flags)[0] else "float32"
+
+
+def _native_bfloat16(flags: set[str] | None) -> tuple[bool, str]:
+    """Whether bfloat16 trains faster than float32 on this CPU, and why, in a few words."""
     flags = cpu_flags() if flags is None else flags
-    return "mixed_bfloat16" if _AMX_BF16 in flags else "float32"
+    if _AMX_BF16 in flags:
+        return True, "this CPU has AMX bfloat16 (amx_bf16)"
+    if _AVX512_BF16 in flags and _AMD in flags:
+        return True, "this AMD CPU has avx512_bf16, which trains faster than float32"
+    if _AVX512_BF16 in flags:
+        return False, "this CPU has avx512_bf16 but no AMX, and bfloat16 trains no faster"
+    return False, "this CPU has no native bfloat16"
 
 
 def explain_default_precision(flags: set[str] | None = None) -> str:
     """A few words saying what `default_precision` picks on this machine, and why."""
-    flags = cpu_flags() if flags is None else flags
-    if _AMX_BF16 in flags:
-        return "mixed_bfloat16 here, as this CPU has AMX bfloat16 (amx_bf16)"
-    if "avx512_bf16" in flags:
-        return "float32 here: this CPU has avx512_bf16 but no AMX, and bfloat16 trains no faster"
-    return "float32 here: this CPU has no native bfloat16"
+    native, reason = _native_bfloat16(flags)
+    return f"{'mixed_bfloat16' if native else 'float32'} here" + (
+        f", as {reason}" if native else f": {reason}")
 
