@@ -193,7 +193,8 @@ def test_beam_search_n_best_are_the_best_outputs_of_all_by_brute_force(alpha):
 
 def test_the_beam_state_has_named_fields_and_the_cache_follows_the_hypotheses():
     assert BeamState._fields == ("step", "alive", "alive_log_probs", "cache",
-                                 "finished_tokens", "finished_scores", "num_finished", "done")
+                                 "finished_tokens", "finished_scores", "num_finished", "done",
+                                 "stopped")
     np.testing.assert_array_equal(repeat_beams(tf.constant([5, 6]), 3).numpy(),
                                   [5, 5, 5, 6, 6, 6])
     # The callback's cache (calls so far) is gathered with the hypotheses: every
@@ -307,6 +308,26 @@ def test_sampling_respects_each_rows_limit_and_skips_finished_rows():
     lengths = (tokens.numpy() != PAD_ID).sum(axis=1)
     np.testing.assert_array_equal(lengths, [3, 1, 5, 0, 4])
     assert log_probs.numpy()[3] == 0.0
+
+
+@pytest.mark.parametrize("search, settings", [("greedy", ()), ("beam", (3, 0.6, 2))])
+def test_a_search_not_stopped_by_its_limit_is_what_any_higher_limit_gives(search, settings):
+    """`decode(..., return_stopped=True)` flags the sentences whose limit stopped
+    their search; the others have the outputs and scores of a higher limit."""
+    model = random_model(seed=2, end_bias=2.0)
+    sources = tf.constant(random_sources(5, LENGTHS))
+    flags = tf.constant([False, False, True, False, False])  # one sentence skipped
+    short, short_scores, stopped = decode(model, sources, tf.fill([5], 5), flags, search,
+                                          *settings, return_stopped=True)
+    long, long_scores, long_stopped = decode(model, sources, tf.fill([5], 40), flags, search,
+                                             *settings, return_stopped=True)
+    stopped, kept = stopped.numpy(), ~stopped.numpy()
+    assert stopped.any() and kept[[0, 1, 3, 4]].any() and not stopped[2]
+    width = short.shape[2]
+    np.testing.assert_array_equal(short.numpy()[kept], long.numpy()[kept][:, :, :width])
+    assert (long.numpy()[kept][:, :, width:] == PAD_ID).all()
+    np.testing.assert_allclose(short_scores.numpy()[kept], long_scores.numpy()[kept], rtol=1e-6)
+    assert not long_stopped.numpy()[kept].any()
 
 
 def test_decode_gives_one_layout_for_every_strategy():

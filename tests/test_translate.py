@@ -340,6 +340,42 @@ def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, t
     assert any(n <= s + TRANSLATE_FIRST_PASS_EXTRA for n, s in lengths)  # the first pass kept
 
 
+def test_beam_translation_in_two_passes_gives_the_one_pass_results(tiny_run, translator,
+                                                                    test_pairs):
+    """Beam translation of a list runs the same two passes: a sentence whose
+    search ended within the first pass's limit keeps that result, the others
+    are searched again to their full limit, and every result (tokens and
+    score) is the one-pass search's."""
+    model = _untrained_translator(tiny_run, translator).transformer
+    bias = model.final_layer.bias.numpy()
+    bias[END_ID] += 2.0  # some searches end early, others run on to their limit
+    model.final_layer.bias.assign(bias)
+    untrained = Translator(translator.tokenizers, model)
+    sentences = [source for source, _ in test_pairs[:12]]
+    calls = []  # extra_length of every batch the beam pipeline decodes, and its size
+    pipeline = untrained._pipelines["beam"]
+
+    def spy(batch, max_length, extra_length, *settings):
+        calls.append((int(extra_length), int(batch.shape[0])))
+        return pipeline(batch, max_length, extra_length, *settings)
+
+    untrained._pipelines["beam"] = spy
+    results = untrained(sentences, batch_size=4, beam_size=3, alpha=0.6)
+    first = [size for extra, size in calls if extra == TRANSLATE_FIRST_PASS_EXTRA]
+    second = [size for extra, size in calls if extra == untrained.extra_length]
+    assert len(calls) == len(first) + len(second) and sum(first) == len(sentences)
+    assert 0 < sum(second) < len(sentences)  # some ended in the first pass, some did not
+    for sentence, result in zip(sentences, results, strict=True):
+        encoder_tokens, _ = untrained.encode([sentence])
+        limits = output_limits(encoder_tokens, untrained.max_length, untrained.extra_length)
+        tokens, score = beam_search_decode(model, encoder_tokens, int(limits[0]), 3, 0.6,
+                                           row_limits=limits)
+        tokens = tokens.numpy()[0]
+        n = first_end_lengths([tokens])[0] or len(tokens)
+        np.testing.assert_array_equal(result.token_ids, tokens[:n])
+        np.testing.assert_allclose(result.score, score.numpy()[0], rtol=1e-5)
+
+
 # --- n-best lists and sampling ------------------------------------------------------
 
 

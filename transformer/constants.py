@@ -40,11 +40,11 @@ DEFAULT_ALPHA = 0.6
 # Section 6.1: "maximum output length during inference to input length + 50".
 DEFAULT_EXTRA_LENGTH = 50
 
-# Greedy translation of a list runs in two passes. The first stops each
-# sentence at its input length + this many tokens; the few that get there
-# without `[END]` (mostly outputs that repeat themselves) are decoded again,
-# together, up to their full limit, instead of keeping a whole batch decoding
-# for one of them. The results are those of one pass (BENCHMARKS.md,
+# Greedy and beam translation of a list run in two passes. The first stops
+# each sentence at its input length + this many tokens; the few whose search
+# has not ended there (mostly outputs that repeat themselves) are decoded
+# again, together, up to their full limit, instead of keeping a whole batch
+# decoding for one of them. The results are those of one pass (BENCHMARKS.md,
 # "Translating a test set").
 TRANSLATE_FIRST_PASS_EXTRA = 10
 

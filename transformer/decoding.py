@@ -257,7 +257,8 @@ def sample_decode(model, encoder_tokens, max_length, seed, temperature=1.0, top_
     )
 
 
-def decode(model, encoder_tokens, limits, initial_finished, search, *settings):
+def decode(model, encoder_tokens, limits, initial_finished, search, *settings,
+           return_stopped=False):
     """Runs the search strategy `search` with its `settings` (see `SEARCH_SETTINGS`).
 
     Args:
@@ -267,12 +268,15 @@ def decode(model, encoder_tokens, limits, initial_finished, search, *settings):
         initial_finished: bool `(batch,)`: sentences to skip.
         search: `"greedy"`, `"beam"` (settings `beam_size, alpha, n_best`) or
             `"sample"` (settings `seed, temperature, top_k, top_p`).
+        return_stopped: also return bool `(batch,)`: the sentences whose
+            search their limit stopped (greedy and sampling: without `[END]`).
+            The others have the output they would have with any higher limit.
 
     Returns:
         `(tokens, scores)`: int64 `(batch, n, steps)` output tokens, best first,
         and float32 `(batch, n)` the scores the search ranks by: `log P / lp`
         for beam search, `log P` otherwise. `n` is `n_best` for beam search,
-        1 otherwise.
+        1 otherwise. With `return_stopped`, `(tokens, scores, stopped)`.
     """
     if search not in SEARCH_SETTINGS:
         raise ValueError(f"Received an unknown search {search!r}; expected one of "
@@ -281,14 +285,19 @@ def decode(model, encoder_tokens, limits, initial_finished, search, *settings):
         beam_size, alpha, n_best = settings
         next_logits, cache = start_decoding(model, encoder_tokens, beam_size)
         return beam_search(next_logits, cache, limits, beam_size, alpha, n_best,
-                           initial_finished)
+                           initial_finished, return_stopped=return_stopped)
     next_logits, cache = start_decoding(model, encoder_tokens)
     if search == "greedy":
         tokens, log_probs = greedy_search(next_logits, cache, limits, initial_finished)
     else:
         tokens, log_probs = sample_search(next_logits, cache, limits, *settings,
                                           initial_finished=initial_finished)
-    return tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis]  # (batch, 1, steps), (batch, 1)
+    outputs = (tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis])  # (batch, 1, steps), (batch, 1)
+    if not return_stopped:
+        return outputs
+    ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
+    skipped = tf.zeros_like(ended) if initial_finished is None else initial_finished
+    return (*outputs, ~ended & ~skipped)
 
 
 def compile_decode(model, search):

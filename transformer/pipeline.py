@@ -58,6 +58,7 @@ class TranslationOutput(NamedTuple):
     input_lengths: tf.Tensor  # (batch,) int64: source tokens before trimming
     empty: tf.Tensor  # (batch,) bool: no tokens between [START] and [END]
     limits: tf.Tensor  # (batch,) int32: each sentence's most output tokens
+    stopped: tf.Tensor  # (batch,) bool: the search stopped at the limit (see `decode`)
     tokens: tf.Tensor  # (batch, n, steps) int64: output tokens, [PAD] after the end
     lengths: tf.Tensor  # (batch, n) int64: output tokens, [END] included; 0 if empty
     scores: tf.Tensor  # (batch, n) float32: what the search ranks by (log P / lp for a beam)
@@ -87,7 +88,8 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     )
     max_length = tf.minimum(max_length, int(model.max_length))
     limits = output_limits(encoder_tokens, max_length, extra_length)  # (batch,)
-    tokens, scores = decode(model, encoder_tokens, limits, empty, search, *settings)
+    tokens, scores, stopped = decode(model, encoder_tokens, limits, empty, search, *settings,
+                                     return_stopped=True)
     # Up to [END], or to the sentence's own limit when it stopped there.
     lengths = tf.minimum(output_lengths(tokens), tf.cast(limits, tf.int64)[:, tf.newaxis])
     lengths = tf.where(empty[:, tf.newaxis], tf.constant(0, tf.int64), lengths)  # (batch, n)
@@ -100,6 +102,7 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     texts = tokenizers.target.detokenize(tf.reshape(tokens, [-1, shape[2]]))  # (batch * n,)
     return TranslationOutput(
         encoder_tokens=encoder_tokens, input_lengths=input_lengths, empty=empty, limits=limits,
+        stopped=stopped,
         tokens=tokens, lengths=lengths, scores=scores, log_probs=log_probs,
         texts=tf.reshape(texts, shape[:2]),
     )

@@ -241,6 +241,7 @@ class BeamState(NamedTuple):
     finished_scores: tf.Tensor  # (batch, k) float32: log P / lp, best first; -inf = none
     num_finished: tf.Tensor  # (batch,) int32: hypotheses finished so far
     done: tf.Tensor  # (batch,) bool: nothing live can beat the finished ones
+    stopped: tf.Tensor  # (batch,) bool: finished at its limit, live hypotheses and all
 
 
 def repeat_beams(structure, beam_size):
@@ -296,7 +297,7 @@ def _finish_alive(state, rows, penalty, max_length, k):
         state.finished_tokens, state.finished_scores, _pad_to(sequences, max_length), scores, k
     )
     return state._replace(finished_tokens=finished_tokens, finished_scores=finished_scores,
-                          done=state.done | rows)
+                          done=state.done | rows, stopped=state.stopped | rows)
 
 
 def _beam_step(next_logits, k, alpha, max_length, limits, state):
@@ -331,7 +332,7 @@ def _beam_step(next_logits, k, alpha, max_length, limits, state):
         step=state.step + 1, alive=alive, alive_log_probs=alive_log_probs,
         cache=tf.nest.map_structure(lambda t: tf.gather(t, rows), cache),
         finished_tokens=finished_tokens, finished_scores=finished_scores,
-        num_finished=num_finished, done=done,
+        num_finished=num_finished, done=done, stopped=state.stopped,
     )
     # Sentences at their own limit finish with their live hypotheses as they are.
     at_limit = (state.step >= limits) & ~state.done  # (batch,)
@@ -359,10 +360,12 @@ def _initial_beams(cache, batch_size, max_length, k, initial_finished):
         finished_scores=tf.fill([batch_size, k], neg_inf),
         num_finished=tf.zeros([batch_size], tf.int32),
         done=_flags(initial_finished, batch_size),
+        stopped=tf.zeros([batch_size], tf.bool),
     )
 
 
-def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_finished=None):
+def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_finished=None,
+                *, return_stopped=False):
     """Batched beam search with the GNMT length penalty, keeping the `n_best` best.
 
     Section 6.1 of Vaswani et al., 2017: "we used beam search with a beam size
@@ -393,11 +396,15 @@ def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_
         alpha: length-penalty exponent (float or float32 scalar, >= 0).
         n_best: how many of the best finished hypotheses to return, at most
             `beam_size`.
+        return_stopped: also return which sentences reached their limit
+            before their search was done. The others have the hypotheses
+            they would have with any higher limit.
 
     Returns:
         `(tokens, scores)`: int64 `(batch, n_best, max(limits))` output tokens,
         best first, `[PAD]` after `[END]`, and float32 `(batch, n_best)` their
-        scores `log P / lp` (`-inf` where a sentence has fewer hypotheses).
+        scores `log P / lp` (`-inf` where a sentence has fewer hypotheses);
+        with `return_stopped`, also bool `(batch,)`.
     """
     limits = tf.convert_to_tensor(limits, tf.int32)
     k = tf.convert_to_tensor(beam_size, tf.int32)
@@ -414,10 +421,11 @@ def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_
             alive_log_probs=tf.TensorShape([None, None]), cache=_cache_shapes(state.cache),
             finished_tokens=tf.TensorShape([None, None, None]),
             finished_scores=tf.TensorShape([None, None]), num_finished=tf.TensorShape([None]),
-            done=tf.TensorShape([None]),
+            done=tf.TensorShape([None]), stopped=tf.TensorShape([None]),
         ),
     )
     state = BeamState(*state)
     # Sentences still running at the end finish with their live hypotheses.
     state = _finish_alive(state, ~state.done, length_penalty(state.step, alpha), max_length, k)
-    return state.finished_tokens[:, :n_best], state.finished_scores[:, :n_best]
+    tokens, scores = state.finished_tokens[:, :n_best], state.finished_scores[:, :n_best]
+    return (tokens, scores, state.stopped) if return_stopped else (tokens, scores)

@@ -25,7 +25,6 @@ import tensorflow as tf
 from transformer._validation import check_int_at_least
 from transformer.constants import (
     DEFAULT_MAX_OUTPUT_LENGTH,
-    END_ID,
     PAD_ID,
     START_ID,
     TRANSLATE_BATCH_SIZE,
@@ -326,15 +325,16 @@ class Translator:
         """Sorts the sentences by length (in characters) into batches and
         translates them; the results are in the list's order.
 
-        Greedy decoding stops a first pass short (`TRANSLATE_FIRST_PASS_EXTRA`)
-        and decodes the sentences cut there again, together, to their full
-        limit. A greedy sentence's tokens do not depend on its limit up to that
-        limit, so a sentence that ends within the first pass's shorter one
-        has its final translation.
+        Greedy and beam search stop a first pass short
+        (`TRANSLATE_FIRST_PASS_EXTRA`) and decode the sentences stopped there
+        again, together, to their full limit. A sentence whose search ends
+        within the first pass's shorter limit (greedy: at `[END]`; beam: once
+        no live hypothesis can beat the finished ones) has the translation a
+        higher limit gives. Sampling draws in one pass.
         """
         search, settings, alpha = options.resolve()
         full_extra = self._extra_length()
-        first_pass = search == "greedy"
+        first_pass = search in ("greedy", "beam")
         order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
         results = [None] * len(sentences)
         while order:
@@ -363,8 +363,8 @@ class Translator:
     def _translate(self, sentences, max_length, extra_length, search, settings, alpha,
                    return_attention, full_extra=None):
         """Translations of one batch, and a bool numpy `(batch,)`: True for a
-        sentence cut at its limit without `[END]` where `full_extra` would
-        have allowed it more tokens (None: no sentence is cut)."""
+        sentence whose search its limit stopped where `full_extra` would have
+        allowed it more tokens (None: no sentence is cut)."""
         specs = SEARCH_SETTINGS[search]
         out = self._pipelines[search](
             tf.constant(sentences, tf.string), tf.constant(max_length, tf.int32),
@@ -383,8 +383,7 @@ class Translator:
         cut = np.zeros(len(sentences), bool)
         if full_extra is not None:
             full = output_limits(out.encoder_tokens, max_length, full_extra).numpy()
-            ended = (tokens[:, 0] == END_ID).any(axis=1)
-            cut = ~ended & (out.limits.numpy() < full) & ~empty
+            cut = out.stopped.numpy() & (out.limits.numpy() < full) & ~empty
         return self._results(out, tokens, empty, alpha, return_attention), cut
 
     def _results(self, out, tokens, empty, alpha, return_attention):
