@@ -281,3 +281,32 @@ def test_sources(tiny_run):
     from transformer.data import read_tsv
 
     return [source for source, _ in read_tsv(tiny_run.config.test)[:20]]
+
+
+def test_without_search_options_the_run_decodes_as_it_was_evaluated(run_dir, sentences,
+                                                                     translator, cli,
+                                                                     monkeypatch):
+    """No search option: the beam of the run's evaluation (`eval_beam_size` in
+    its config.json; greedy when it has none), as train.py scored it."""
+    import json
+
+    from transformer.cli import translate as translate_cli
+    from transformer.search_options import SearchOptions
+
+    saved = json.loads((run_dir / "config.json").read_text())
+    status, greedy, _ = cli("--run", run_dir, *sentences)
+    assert status == 0 and saved["eval_beam_size"] == 1
+    assert greedy == [result.text for result in translator(sentences)]
+    monkeypatch.setattr(translate_cli.rundir, "read_json",
+                        lambda path: {**saved, "eval_beam_size": 4})
+    status, default, _ = cli("--run", run_dir, *sentences)
+    assert status == 0
+    assert default == [result.text for result in translator(sentences, beam_size=4)]
+    status, chosen, _ = cli("--run", run_dir, *sentences, "--beam", "1")
+    assert chosen == greedy
+    # What no option chooses, and what an option keeps.
+    assert translate_cli._with_the_run_beam(SearchOptions(), run_dir).beam_size == 4
+    assert translate_cli._with_the_run_beam(SearchOptions(seed=1), run_dir).beam_size is None
+    assert translate_cli._with_the_run_beam(SearchOptions(n_best=2), run_dir).beam_size is None
+    monkeypatch.setattr(translate_cli.rundir, "read_json", lambda path: {})
+    assert translate_cli._with_the_run_beam(SearchOptions(), run_dir).beam_size == 1

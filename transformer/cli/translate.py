@@ -23,6 +23,7 @@ hidden, unless --verbose), so `--help` and usage errors are quick.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -30,6 +31,7 @@ import re
 import sys
 from pathlib import Path
 
+from transformer import rundir  # standard library only
 from transformer.cli.common import (
     OneLineErrorParser,
     hide_native_stderr,
@@ -104,13 +106,16 @@ def parse_args(argv=None):
 def _add_search_arguments(parser):
     """The options that choose the search: greedy (default), beam or sampling."""
     group = parser.add_argument_group(
-        "search", "Greedy decoding by default; --beam or --n-best for beam search; any of "
-                  "--temperature, --top-k, --top-p, --seed for sampling (which draws one "
-                  "output per sentence, so no --beam or --n-best with it)."
+        "search", "By default the search the run was evaluated with (train.py's --eval-beam: "
+                  "beam 4 for real corpora, greedy for the toy corpus); --beam or --n-best "
+                  "for beam search; any of --temperature, --top-k, --top-p, --seed for "
+                  "sampling (which draws one output per sentence, so no --beam or --n-best "
+                  "with it)."
     )
     group.add_argument("--beam", type=positive_int, default=None, metavar="N",
-                       help="beam size; 1 is greedy decoding, the paper uses 4 (default: 1, "
-                            "or 4 and at least N with --n-best N)")
+                       help="beam size; 1 is greedy decoding, the paper uses 4 (default: the "
+                            "run's evaluation beam, 1 if its config.json has none; 4 and at "
+                            "least N with --n-best N)")
     group.add_argument("--alpha", type=non_negative_float, default=None,
                        help="length penalty exponent of beam search (default 0.6)")
     group.add_argument("--n-best", type=positive_int, default=1, metavar="N",
@@ -139,6 +144,14 @@ def _option_names(message):
     """A `SearchOptions` error in the command line's words (`beam_size=4` -> `--beam 4`)."""
     return re.sub(r"\b(" + "|".join(_OPTIONS) + r")\b(=?)",
                   lambda m: _OPTIONS[m[1]] + (" " if m[2] else ""), message)
+
+
+def _with_the_run_beam(search, run_dir):
+    """`search` with the beam the run was evaluated with when no option chose one."""
+    if search.beam_size is not None or search.n_best > 1 or search.sampling:
+        return search
+    beam = rundir.read_json(Path(run_dir) / rundir.CONFIG_FILE).get("eval_beam_size") or 1
+    return dataclasses.replace(search, beam_size=int(beam))
 
 
 def _layer_name(layer, num_layers):
@@ -251,7 +264,7 @@ def run(args):
                 "or one of encoder_layer{i}, decoder_layer{i}_block1, decoder_layer{i}_block2."
             )
 
-    search = args.search
+    search = _with_the_run_beam(args.search, args.run)
     results = translator(
         list(sentences), max_length=args.max_length,
         return_attention=args.plot is not None or args.html is not None,
