@@ -309,4 +309,4 @@ def test_without_search_options_the_run_decodes_as_it_was_evaluated(run_dir, sen
     assert translate_cli._with_the_run_beam(SearchOptions(seed=1), run_dir).beam_size is None
     assert translate_cli._with_the_run_beam(SearchOptions(n_best=2), run_dir).beam_size is None
     monkeypatch.setattr(translate_cli.rundir, "read_json", lambda path: {})
-    assert translate_cli._with_the_run_beam(SearchOptions(), run_dir).beam_size == 1
+    assert translate_cli._with_the_run_beam(SearchOptions(), run_dir).beam_size is None  # greedy

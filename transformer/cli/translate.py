@@ -104,7 +104,7 @@ def parse_args(argv=None):
 
 
 def _add_search_arguments(parser):
-    """The options that choose the search: greedy (default), beam or sampling."""
+    """The options that choose the search: the run's evaluation beam (default), beam or sampling."""
     group = parser.add_argument_group(
         "search", "By default the search the run was evaluated with (train.py's --eval-beam: "
                   "beam 4 for real corpora, greedy for the toy corpus); --beam or --n-best "
@@ -150,8 +150,15 @@ def _with_the_run_beam(search, run_dir):
     """`search` with the beam the run was evaluated with when no option chose one."""
     if search.beam_size is not None or search.n_best > 1 or search.sampling:
         return search
-    beam = rundir.read_json(Path(run_dir) / rundir.CONFIG_FILE).get("eval_beam_size") or 1
-    return dataclasses.replace(search, beam_size=int(beam))
+    path = Path(run_dir) / rundir.CONFIG_FILE
+    record = rundir.read_json(path)
+    beam = record.get("eval_beam_size") if isinstance(record, dict) else None
+    if beam is None:
+        return search
+    if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
+        raise rundir.RunDirError(f"{str(path)!r}: eval_beam_size should be a positive "
+                                 f"integer, got {beam!r}.")
+    return dataclasses.replace(search, beam_size=beam)
 
 
 def _layer_name(layer, num_layers):
