@@ -297,16 +297,23 @@ def test_batch_size_must_be_positive(translator):
         translator(["o gato"], batch_size=0)
 
 
+def _end_biased_translator(tiny_run, translator):
+    """An untrained translator whose [END] is favoured: some searches end early,
+    others run on to their limit."""
+    model = _untrained_translator(tiny_run, translator).transformer
+    bias = model.final_layer.bias.numpy()
+    bias[END_ID] += 2.0
+    model.final_layer.bias.assign(bias)
+    return Translator(translator.tokenizers, model)
+
+
 def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, translator,
                                                                       test_pairs):
     """Greedy translation of a list stops a first pass at input length +
     TRANSLATE_FIRST_PASS_EXTRA tokens and decodes the sentences cut there again
     up to their full limit: every result is the one-pass decoding's."""
-    model = _untrained_translator(tiny_run, translator).transformer
-    bias = model.final_layer.bias.numpy()
-    bias[END_ID] += 2.0  # some outputs end early, others run on to their limit
-    model.final_layer.bias.assign(bias)
-    untrained = Translator(translator.tokenizers, model)
+    untrained = _end_biased_translator(tiny_run, translator)
+    model = untrained.transformer
     sentences = [source for source, _ in test_pairs[:12]]
     calls = []  # (sentences, extra_length) of every batch the greedy pipeline decodes
     pipeline = untrained._pipelines["greedy"]
@@ -346,11 +353,8 @@ def test_beam_translation_in_two_passes_gives_the_one_pass_results(tiny_run, tra
     search ended within the first pass's limit keeps that result, the others
     are searched again to their full limit, and every result (tokens and
     score) is the one-pass search's."""
-    model = _untrained_translator(tiny_run, translator).transformer
-    bias = model.final_layer.bias.numpy()
-    bias[END_ID] += 2.0  # some searches end early, others run on to their limit
-    model.final_layer.bias.assign(bias)
-    untrained = Translator(translator.tokenizers, model)
+    untrained = _end_biased_translator(tiny_run, translator)
+    model = untrained.transformer
     sentences = [source for source, _ in test_pairs[:12]]
     calls = []  # extra_length of every batch the beam pipeline decodes, and its size
     pipeline = untrained._pipelines["beam"]
