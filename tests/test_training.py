@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from transformer.training import (
+    AveragingAdam,
     CustomSchedule,
     MaskedLoss,
     make_optimizer,
@@ -251,3 +252,43 @@ def test_compiled_model_saves_and_reloads(tmp_path):
     assert reloaded.loss.label_smoothing == pytest.approx(0.1)
     assert int(reloaded.optimizer.iterations) == 2
     np.testing.assert_allclose(reloaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_the_moving_average_is_the_model_only_when_asked(tmp_path):
+    """With `ema_momentum`, `fit` leaves the trained weights (Keras' own `fit`
+    would overwrite them with the average); `use_average` then sets the average
+    m * average + (1 - m) * weights over the steps, with m warmed up as
+    min(momentum, (1 + t) / (10 + t)), recomputed here by hand; the
+    optimizer saves and reloads as `AveragingAdam`."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None,), dtype="int32")
+    logits = keras.layers.Dense(5)(keras.layers.Embedding(7, 4)(inputs))
+    model = keras.Model(inputs, logits)
+    momentum = 0.5
+    model.compile(make_optimizer(4, 10, ema_momentum=momentum), loss=MaskedLoss(0.0))
+    assert isinstance(model.optimizer, AveragingAdam)
+    x = np.array([[1, 2, 3, 0]], np.int32)
+    y = np.array([[2, 3, 4, 0]], np.int32)
+    expected = None
+    for step in range(4):
+        model.fit(x, y, epochs=1, verbose=0)
+        weights = [w.numpy() for w in model.trainable_weights]
+        m = min(momentum, (1 + step) / (10 + step)) if step else 0.0  # the warm-up
+        expected = weights if expected is None else [
+            m * a + (1 - m) * w for a, w in zip(expected, weights, strict=True)]
+    trained = [w.numpy() for w in model.trainable_weights]
+    np.testing.assert_array_equal(trained[0], weights[0])  # fit kept the last step's weights
+    assert not np.allclose(trained[0], expected[0])
+    model.optimizer.use_average(model.trainable_variables)
+    for average, want in zip(model.trainable_weights, expected, strict=True):
+        np.testing.assert_allclose(average.numpy(), want, rtol=1e-6)
+    model.save(tmp_path / "m.keras")
+    reloaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert isinstance(reloaded.optimizer, AveragingAdam)
+    assert reloaded.optimizer.ema_momentum == momentum
+
+
+def test_no_moving_average_is_plain_adam_and_a_bad_momentum_is_refused():
+    assert type(make_optimizer(4, 10)) is keras.optimizers.Adam
+    with pytest.raises(ValueError, match="ema_momentum"):
+        make_optimizer(4, 10, ema_momentum=1.0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+from keras import ops
 
 from transformer._validation import check_learning_rate, check_positive_int, check_rate
 from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, PAD_ID
@@ -116,18 +117,65 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "total_steps": self.total_steps}
 
 
+@keras.saving.register_keras_serializable(package="transformer")
+class AveragingAdam(keras.optimizers.Adam):
+    """Adam that keeps an exponential moving average of the weights (Keras'
+    `use_ema`) and puts it into the model only when asked (`use_average`).
+
+    The momentum warms up as in `tf.train.ExponentialMovingAverage` with
+    `num_updates`: step t uses min(ema_momentum, (1 + t) / (10 + t)), and the
+    first step (t = 0) copies the weights.
+    Keras' own average starts from the initial weights with the full momentum,
+    so that after T steps they still weigh ema_momentum ** T (0.999 ** 2000 is
+    0.14); with the warm-up the average covers about the last tenth of the
+    steps until the momentum reaches its cap, whatever the run's length.
+
+    Keras' `fit` ends by replacing the weights with their average. A run that
+    calls `fit` more than once (a resumed run: the rest of an epoch, then the
+    other epochs) would then train on from the average instead of its own
+    weights, and end elsewhere than the uninterrupted run. Here `fit` leaves the
+    weights alone; the trainer calls `use_average` once training is over.
+    """
+
+    def _update_model_variables_moving_average(self, trainable_variables):
+        """average = m * average + (1 - m) * weights, m warmed up (class docstring)."""
+        step = ops.cast(self.iterations, "float32")
+        momentum = ops.minimum(ops.cast(self.ema_momentum, "float32"),
+                               (1.0 + step) / (10.0 + step))
+        momentum = ops.where(step > 0, momentum, 0.0)  # the average starts as zeros
+        for var, average in zip(trainable_variables, self._model_variables_moving_average,
+                                strict=True):
+            if average is not None:
+                m = ops.cast(momentum, var.dtype)
+                average.assign(m * average + (1.0 - m) * var)
+
+    def finalize_variable_values(self, var_list):
+        """Leaves the weights as they are (see the class docstring)."""
+
+    def use_average(self, var_list):
+        """Sets the variables of `var_list` (the model's trainable ones) to their
+        moving average; nothing without `use_ema`."""
+        if self.use_ema:
+            self._overwrite_model_variables_with_average_value(var_list)
+
+
 def make_optimizer(
     d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
-    total_steps: int | None = None,
+    total_steps: int | None = None, ema_momentum: float = 0.0,
 ) -> keras.optimizers.Adam:
     """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
-    `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments)."""
-    return keras.optimizers.Adam(
-        CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps),
-        beta_1=ADAM_BETA_1,
-        beta_2=ADAM_BETA_2,
-        epsilon=ADAM_EPSILON,
-    )
+    `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments).
+
+    `ema_momentum` > 0 also keeps a moving average of the weights, updated
+    after every step as `average = m * average + (1 - m) * weights`
+    (`AveragingAdam`); 0 keeps none.
+    """
+    ema_momentum = check_rate("ema_momentum", ema_momentum)
+    schedule = CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps)
+    adam = dict(beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON)
+    if ema_momentum:
+        return AveragingAdam(schedule, use_ema=True, ema_momentum=ema_momentum, **adam)
+    return keras.optimizers.Adam(schedule, **adam)
 
 
 def learning_rate_schedule(optimizer):
