@@ -37,6 +37,9 @@ def test_run_config_round_trip_and_defaults():
         ({"learning_rate": 0.0}, "learning rate in"),
         ({"learning_rate": "fast"}, "learning rate in"),
         ({"average_checkpoints": 0}, "average_checkpoints"),
+        ({"ema_momentum": 1.0}, "ema_momentum"),
+        ({"ema_momentum": -0.1}, "ema_momentum"),
+        ({"ema_momentum": 0.999, "average_checkpoints": 5}, "both average the weights"),
         ({"time_budget": 0}, "time_budget"),
         ({"time_budget": float("inf")}, "time_budget"),
         ({"time_budget": "10m"}, "time_budget"),
@@ -110,6 +113,24 @@ def test_configs_written_before_the_peak_and_averaging_keep_the_paper_schedule()
     assert (old.learning_rate, old.peak_learning_rate, old.average_checkpoints) == (
         "paper", None, 1)
     assert old.warmup_steps == 4000
+
+
+def test_configs_written_before_the_moving_average_keep_the_final_weights():
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(data="a.tsv", ema_momentum=0.999).to_dict()
+    assert RunConfig.from_dict(saved).ema_momentum == 0.999
+    saved.pop("ema_momentum")
+    saved["format_version"] = 7
+    assert RunConfig.from_dict(saved).ema_momentum == 0.0
+    from transformer.run.recipes import CORPUS_DEFAULTS, TOY_DEFAULTS
+
+    assert RunConfig(data="a.tsv").ema_momentum == CORPUS_DEFAULTS["ema_momentum"] > 0
+    assert RunConfig().ema_momentum == TOY_DEFAULTS["ema_momentum"] == 0.0
+    # Averaging the last checkpoints replaces the default moving average.
+    assert RunConfig(data="a.tsv", average_checkpoints=5).ema_momentum == 0.0
+    with pytest.raises(ValueError, match="Cannot change `ema_momentum`"):
+        RunConfig(data="a.tsv", output_dir="runs/x").for_resume(ema_momentum=0.99)
 
 
 def test_a_shared_vocabulary_ties_the_embeddings():

@@ -89,6 +89,25 @@ def test_resume_mid_epoch_on_fixed_size_batches_ends_with_the_uninterrupted_weig
     assert resumed.weights_sha256 == reference.weights_sha256
 
 
+def test_the_moving_average_resumes_exactly_and_is_not_the_final_weights(
+        resume_tsv, tmp_path, monkeypatch, reference):
+    """A corpus run's model is the moving average of its weights (`ema_momentum`),
+    saved with the checkpoints: the reference resumes exactly (the test above),
+    and so does a run that keeps its final weights, which end elsewhere."""
+    from transformer import run
+    from transformer.run.recipes import CORPUS_DEFAULTS
+
+    assert reference.config.ema_momentum == CORPUS_DEFAULTS["ema_momentum"] > 0
+    final = run.train(resumed_config(resume_tsv, tmp_path / "whole", ema_momentum=0.0),
+                      verbose=0, export=False)
+    config = resumed_config(resume_tsv, tmp_path / "run", ema_momentum=0.0)
+    interrupted_run(config, monkeypatch, 12)
+    resumed = run.train(config, resume=True, verbose=0, export=False)
+    assert (resumed.initial_step, resumed.final_step) == (10, 24)
+    assert resumed.weights_sha256 == final.weights_sha256
+    assert final.weights_sha256 != reference.weights_sha256
+
+
 def test_fixed_size_stream_is_the_same_however_often_it_is_built_or_iterated(resume_tsv):
     """Pass p's order is a function of (seed, p): a second iterator, or a stream
     built anew, gives the same batches; each pass holds every pair once."""

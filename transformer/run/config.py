@@ -38,8 +38,9 @@ DEFAULT_RUNS_DIR = "runs"
 # `fit_warmup` (older files: two vocabularies and the paper's warm-up); version
 # 6 `subword_model` (older files: SentencePiece's unigram model); version 7
 # `data_fingerprint`, what the run was trained on (older files: none, resumed
-# unchecked with a warning; `transformer.run.fingerprint`).
-CONFIG_FORMAT_VERSION = 7
+# unchecked with a warning; `transformer.run.fingerprint`); version 8
+# `ema_momentum` (older files: no moving average).
+CONFIG_FORMAT_VERSION = 8
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -193,6 +194,12 @@ class RunConfig:
         "(section 6.1 of the paper; in short runs that were still improving it lowered "
         "BLEU, see BENCHMARKS.md); 1 keeps the final weights", section="schedule",
         kind="positive_int", metavar="N")
+    ema_momentum: float | None = setting(
+        None, "the trained model is an exponential moving average of the weights, "
+        "updated after every step as average = m * average + (1 - m) * weights with "
+        "m = min(M, (1 + step) / (10 + step)); 0 keeps the final weights", section="schedule", kind="rate", metavar="M",
+        default_help="{toy[ema_momentum]} for the toy corpus, {corpus[ema_momentum]} "
+        "otherwise, 0 with --average-checkpoints")
     # -- batches -------------------------------------------------------------
     batch_size: int | None = setting(
         None, "sentence pairs per step, over all devices; with token budgets "
@@ -248,6 +255,9 @@ class RunConfig:
             if getattr(self, name) is None:
                 if name == "shared_vocab":  # only SentencePiece learns one vocabulary
                     value = value and self.tokenizer == "sentencepiece"
+                if (name == "ema_momentum" and isinstance(self.average_checkpoints, int)
+                        and self.average_checkpoints > 1):
+                    value = 0.0  # the averaging asked for replaces the default one
                 setattr(self, name, value)
         if self.lower_case is None:
             self.lower_case = self.tokenizer == "wordpiece"
@@ -322,6 +332,9 @@ class RunConfig:
         if version < 6:
             # Written before the toy corpus learnt byte-pair merges.
             data = {"subword_model": "unigram", **data}
+        if version < 8:
+            # Written before the moving average of the weights.
+            data = {"ema_momentum": 0.0, **data}
         # Information written next to the settings (vocabulary sizes, ...).
         data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
         unknown = sorted(set(data) - known)
@@ -433,7 +446,7 @@ def _check_choices(config: RunConfig) -> None:
 
 
 def _check_numbers(config: RunConfig) -> None:
-    """Counts, columns and `label_smoothing`."""
+    """Counts, columns, `label_smoothing` and `ema_momentum`."""
     for name in ("batch_size", "vocab_size", "checkpoint_every", "eval_batch_size",
                  "eval_beam_size", "average_checkpoints", "warmup_steps"):
         check_positive_int(name, getattr(config, name))
@@ -446,6 +459,14 @@ def _check_numbers(config: RunConfig) -> None:
     for name in ("source_column", "target_column", "num_examples", "seed"):
         check_non_negative_int(name, getattr(config, name))
     check_rate("label_smoothing", config.label_smoothing)
+    check_rate("ema_momentum", config.ema_momentum)
+    if config.ema_momentum and config.average_checkpoints > 1:
+        raise ValueError(
+            "Received `ema_momentum` and `average_checkpoints` > 1, expected one of them: "
+            "both average the weights. Received: "
+            f"ema_momentum={config.ema_momentum}, "
+            f"average_checkpoints={config.average_checkpoints}"
+        )
     budget = config.time_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                or not 0 < budget < math.inf):

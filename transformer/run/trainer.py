@@ -125,11 +125,14 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        smoothing (section 5.4), `masked_accuracy`, checkpoints every
        `checkpoint_every` updates and every epoch, `metrics.csv` and
        TensorBoard `logs/`.
-    4. Saves `model.keras`, evaluates on the test split (`metrics.json`) and
+    4. Averages the weights when asked (the last `average_checkpoints`
+       checkpoints, or the moving average kept with `ema_momentum`), saves
+       `model.keras`, evaluates on the test split (`metrics.json`) and
        exports the translator (`export/`) when `transformer.translate` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state and its
-    step (hence the learning rate) and the dropout seeds from the latest
+    step (hence the learning rate), the moving average of the weights when
+    the run keeps one, and the dropout seeds from the latest
     checkpoint, and continues in the epoch and at the batch where that
     checkpoint was taken. The training pairs are a fixed, seeded stream of
     shuffled passes, so the resumed run sees exactly the batches and draws
@@ -180,6 +183,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         history, final_step = _fit(session, data, state, verbose)
         average_last_checkpoints(state.checkpoint, state.checkpoint_manager,
                                  session.config.average_checkpoints)
+        _use_weight_average(state.model, session.config.ema_momentum)
         fingerprint = _save_model(session, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
@@ -347,7 +351,8 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
         model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
         total_steps = config.epochs * config.steps_per_epoch if config.fit_warmup else None
         optimizer = make_optimizer(
-            config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps
+            config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps,
+            config.ema_momentum,
         )
         schedule = learning_rate_schedule(optimizer) if config.fit_warmup else None
         if config.time_budget is not None and schedule is not None:
@@ -433,6 +438,15 @@ def _fit_calls(step: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, 
     if epoch < epochs:
         calls.append((epoch, epochs, steps_per_epoch, step))
     return calls
+
+
+def _use_weight_average(model, momentum: float) -> None:
+    """Makes the moving average of the weights the trained model, when the run
+    keeps one (`ema_momentum` > 0; `transformer.training.AveragingAdam`)."""
+    if momentum:
+        model.optimizer.use_average(model.trainable_variables)
+        logger.info("The trained model is the moving average of the weights (momentum %g).",
+                    momentum)
 
 
 def _save_model(session: _Session, model, final_step: int) -> str:
