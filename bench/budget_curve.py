@@ -132,6 +132,7 @@ def plot(series: list[tuple[str, list[dict]]], peers: list[dict], path: Path) ->
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
+    plt.close(fig)
 
 
 def _label(train_args: str) -> str:
@@ -151,6 +152,8 @@ def main(argv=None) -> int:
     parser.add_argument("--train-args", default="",
                         help="more train.py options, e.g. '--precision mixed_bfloat16'")
     parser.add_argument("--tag", default="", help="suffix of the run directories' names")
+    parser.add_argument("--label", default=None,
+                        help="the runs' name in the plot (default: from --train-args)")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "budget_curve.json")
     parser.add_argument("--plot", type=Path, default=None, help="PNG to write")
     parser.add_argument("--from-json", type=Path, nargs="+", default=None,
@@ -170,7 +173,7 @@ def main(argv=None) -> int:
     args.runs.mkdir(parents=True, exist_ok=True)
     pairs = read_pairs(args.corpus / "test.tsv")
     result = {"date": datetime.date.today().isoformat(), "machine": machine(),
-              "train_args": args.train_args,
+              "train_args": args.train_args, "label": args.label or _label(args.train_args),
               "load_before": os.getloadavg(), "runs": []}
     for minutes in args.budgets:
         record = train_and_translate(minutes, args, pairs)
@@ -184,7 +187,7 @@ def main(argv=None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.plot:
-        plot([(_label(args.train_args), result["runs"])], peers, args.plot)
+        plot([(result["label"], result["runs"])], peers, args.plot)
     return 0
 
 

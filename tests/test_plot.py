@@ -576,13 +576,14 @@ def test_plot_dot_product_variance():
 
 
 def test_figures_render_inline_in_jupyter_and_leave_no_pyplot_state():
-    fig = plot.plot_mask(np.triu(np.ones((3, 3)), k=1))
-    assert fig._repr_png_().startswith(b"\x89PNG")  # how IPython displays it
     import matplotlib.pyplot as plt
 
+    before = plt.get_fignums()  # figures other tests of this process left open
+    fig = plot.plot_mask(np.triu(np.ones((3, 3)), k=1))
+    assert fig._repr_png_().startswith(b"\x89PNG")  # how IPython displays it
     plot.plot_attention_weights(None, None, np.full((2, 2, 2), 0.5))
     plot.plot_learning_rate(NumpySchedule(), num_steps=10)
-    assert plt.get_fignums() == []
+    assert plt.get_fignums() == before
 
 
 def test_plot_package_imports_neither_tensorflow_nor_pyplot():
