@@ -1,4 +1,4 @@
-"""A run's checkpoints: what they hold, resuming from the latest, averaging the last.
+"""A run's checkpoints: what they hold, resuming from the latest, averaging the weights.
 
 A checkpoint holds the model, the optimizer (whose `iterations` is the
 schedule's step), `train_seconds`, the training time so far, so that a
@@ -158,3 +158,18 @@ def average_last_checkpoints(
     steps = ", ".join(path.rsplit("-", 1)[-1] for path in paths)
     logger.info("Averaged the weights of the last %d checkpoints (steps %s).", len(paths), steps)
     return len(paths)
+
+
+
+def average_weights(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
+                    count: int, ema_momentum: float) -> None:
+    """The trained model's weights: the mean of the last `count` checkpoints
+    (`average_last_checkpoints`), or, with `ema_momentum` > 0, the moving
+    average the optimizer kept (`transformer.training.AveragingAdam`); the
+    run's config allows only one of them."""
+    average_last_checkpoints(checkpoint, manager, count)
+    if ema_momentum:
+        model = checkpoint.model
+        model.optimizer.use_average(model.trainable_variables)
+        logger.info("The trained model is the moving average of the weights (momentum %g).",
+                    ema_momentum)

@@ -63,9 +63,9 @@ CORPUS_DEFAULTS = {
     "label_smoothing": 0.0,
     # The paper's beam search (section 6.1) for the test split.
     "eval_beam_size": 4,
-    # The trained model is a moving average of the weights: in 15 minutes on
-    # the development corpus, 47.5 BLEU against 42.7 for the final weights,
-    # though the averaging costs a tenth of the updates (BENCHMARKS.md).
+    # The trained model is a moving average of the weights: more BLEU than the
+    # final weights in the same time, though keeping it costs some updates
+    # (docs/design.md, "Math"; BENCHMARKS.md).
     "ema_momentum": 0.999,
 }
 # Not in CORPUS_DEFAULTS: `epochs` and `batch_tokens`, sized from the corpus

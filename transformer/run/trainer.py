@@ -46,7 +46,7 @@ from transformer.run.callbacks import (
     format_seconds,
     optimizer_step,
 )
-from transformer.run.checkpoints import average_last_checkpoints, open_checkpoints
+from transformer.run.checkpoints import average_weights, open_checkpoints
 from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
 from transformer.run.directory import (
     SavedRun,
@@ -125,16 +125,14 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        smoothing (section 5.4), `masked_accuracy`, checkpoints every
        `checkpoint_every` updates and every epoch, `metrics.csv` and
        TensorBoard `logs/`.
-    4. Averages the weights when asked (the last `average_checkpoints`
-       checkpoints, or the moving average kept with `ema_momentum`), saves
-       `model.keras`, evaluates on the test split (`metrics.json`) and
+    4. Averages the weights if asked (`average_checkpoints`, `ema_momentum`),
+       saves `model.keras`, evaluates on the test split (`metrics.json`) and
        exports the translator (`export/`) when `transformer.translate` can.
 
-    Resuming (`resume=True`) restores the weights, the optimizer state and its
-    step (hence the learning rate), the moving average of the weights when
-    the run keeps one, and the dropout seeds from the latest
-    checkpoint, and continues in the epoch and at the batch where that
-    checkpoint was taken. The training pairs are a fixed, seeded stream of
+    Resuming (`resume=True`) restores the weights, the optimizer state (its
+    step, hence the learning rate, and any moving average of the weights) and
+    the dropout seeds from the latest checkpoint, and continues in the epoch
+    and at the batch where that checkpoint was taken. The training pairs are a fixed, seeded stream of
     shuffled passes, so the resumed run sees exactly the batches and draws
     exactly the dropout masks of the uninterrupted run, and ends with its
     weights. A resume without a usable checkpoint, on other data or with a
@@ -181,9 +179,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
             _write_config(session.run_dir, session.config, data)
         state = _build_model(session, data)
         history, final_step = _fit(session, data, state, verbose)
-        average_last_checkpoints(state.checkpoint, state.checkpoint_manager,
-                                 session.config.average_checkpoints)
-        _use_weight_average(state.model, session.config.ema_momentum)
+        average_weights(state.checkpoint, state.checkpoint_manager,
+                        session.config.average_checkpoints, session.config.ema_momentum)
         fingerprint = _save_model(session, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
@@ -438,15 +435,6 @@ def _fit_calls(step: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, 
     if epoch < epochs:
         calls.append((epoch, epochs, steps_per_epoch, step))
     return calls
-
-
-def _use_weight_average(model, momentum: float) -> None:
-    """Makes the moving average of the weights the trained model, when the run
-    keeps one (`ema_momentum` > 0; `transformer.training.AveragingAdam`)."""
-    if momentum:
-        model.optimizer.use_average(model.trainable_variables)
-        logger.info("The trained model is the moving average of the weights (momentum %g).",
-                    momentum)
 
 
 def _save_model(session: _Session, model, final_step: int) -> str:
