@@ -16,6 +16,7 @@ from transformer.training import (
     make_optimizer,
     masked_accuracy,
     masked_loss,
+    use_moving_average,
 )
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
@@ -279,7 +280,7 @@ def test_the_moving_average_is_the_model_only_when_asked(tmp_path):
     trained = [w.numpy() for w in model.trainable_weights]
     np.testing.assert_array_equal(trained[0], weights[0])  # fit kept the last step's weights
     assert not np.allclose(trained[0], expected[0])
-    model.optimizer.use_average(model.trainable_variables)
+    use_moving_average(model)
     for average, want in zip(model.trainable_weights, expected, strict=True):
         np.testing.assert_allclose(average.numpy(), want, rtol=1e-6)
     model.save(tmp_path / "m.keras")
@@ -292,3 +293,28 @@ def test_no_moving_average_is_plain_adam_and_a_bad_momentum_is_refused():
     assert type(make_optimizer(4, 10)) is keras.optimizers.Adam
     with pytest.raises(ValueError, match="ema_momentum"):
         make_optimizer(4, 10, ema_momentum=1.0)
+
+
+def test_the_moving_average_is_found_inside_the_loss_scale_optimizer():
+    """mixed_float16 wraps the optimizer in Keras' `LossScaleOptimizer`; the
+    average is the inner optimizer's. A model without an average is refused."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        inputs = keras.Input((None,), dtype="int32")
+        model = keras.Model(inputs, keras.layers.Dense(5)(keras.layers.Embedding(7, 4)(inputs)))
+        model.compile(make_optimizer(4, 10, ema_momentum=0.5), loss=MaskedLoss(0.0))
+        x = np.array([[1, 2, 3, 0]], np.int32)
+        model.fit(x, np.array([[2, 3, 4, 0]], np.int32), epochs=3, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    inner = model.optimizer.inner_optimizer
+    averages = [a.numpy() for a in inner._model_variables_moving_average]
+    assert not np.allclose(averages[0], model.trainable_weights[0].numpy())
+    use_moving_average(model)
+    np.testing.assert_array_equal(model.trainable_weights[0].numpy(), averages[0])
+    plain = keras.Model(inputs, model.outputs)
+    plain.compile(make_optimizer(4, 10), loss=MaskedLoss(0.0))
+    with pytest.raises(ValueError, match="ema_momentum > 0"):
+        use_moving_average(plain)

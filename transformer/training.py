@@ -159,6 +159,23 @@ class AveragingAdam(keras.optimizers.Adam):
             self._overwrite_model_variables_with_average_value(var_list)
 
 
+def use_moving_average(model) -> None:
+    """Sets the model's trainable weights to the moving average its optimizer
+    kept (`AveragingAdam`, also inside the `LossScaleOptimizer` that
+    `mixed_float16` wraps it in).
+
+    Raises:
+        ValueError: the model's optimizer keeps no moving average.
+    """
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if not (isinstance(optimizer, AveragingAdam) and optimizer.use_ema):
+        raise ValueError(
+            "Expected a model compiled with `make_optimizer(..., ema_momentum > 0)`, which "
+            f"keeps a moving average of the weights. Received: optimizer={optimizer!r}"
+        )
+    optimizer.use_average(model.trainable_variables)
+
+
 def make_optimizer(
     d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
     total_steps: int | None = None, ema_momentum: float = 0.0,

@@ -21,6 +21,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from transformer.rundir import RunDirError
+from transformer.training import use_moving_average
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +170,6 @@ def average_weights(checkpoint: tf.train.Checkpoint, manager: tf.train.Checkpoin
     run's config allows only one of them."""
     average_last_checkpoints(checkpoint, manager, count)
     if ema_momentum:
-        model = checkpoint.model
-        model.optimizer.use_average(model.trainable_variables)
+        use_moving_average(checkpoint.model)
         logger.info("The trained model is the moving average of the weights (momentum %g).",
                     ema_momentum)
