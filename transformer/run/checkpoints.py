@@ -161,7 +161,6 @@ def average_last_checkpoints(
     return len(paths)
 
 
-
 def average_weights(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
                     count: int, ema_momentum: float) -> None:
     """The trained model's weights: the mean of the last `count` checkpoints

@@ -197,7 +197,8 @@ class RunConfig:
     ema_momentum: float | None = setting(
         None, "the trained model is an exponential moving average of the weights, "
         "updated after every step as average = m * average + (1 - m) * weights with "
-        "m = min(M, (1 + step) / (10 + step)); 0 keeps the final weights", section="schedule", kind="rate", metavar="M",
+        "m = min(M, (1 + step) / (10 + step)); 0 keeps the final weights",
+        section="schedule", kind="rate", metavar="M",
         default_help="{toy[ema_momentum]} for the toy corpus, {corpus[ema_momentum]} "
         "otherwise, 0 with --average-checkpoints")
     # -- batches -------------------------------------------------------------

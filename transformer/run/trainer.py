@@ -132,11 +132,12 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     Resuming (`resume=True`) restores the weights, the optimizer state (its
     step, hence the learning rate, and any moving average of the weights) and
     the dropout seeds from the latest checkpoint, and continues in the epoch
-    and at the batch where that checkpoint was taken. The training pairs are a fixed, seeded stream of
-    shuffled passes, so the resumed run sees exactly the batches and draws
-    exactly the dropout masks of the uninterrupted run, and ends with its
-    weights. A resume without a usable checkpoint, on other data or with a
-    checkpoint of another model is refused (docs/design.md, "Resuming a run").
+    and at the batch where that checkpoint was taken. The training pairs are
+    a fixed, seeded stream of shuffled passes, so the resumed run sees exactly
+    the batches and draws exactly the dropout masks of the uninterrupted run,
+    and ends with its weights. A resume without a usable checkpoint, on other
+    data or with a checkpoint of another model is refused (docs/design.md,
+    "Resuming a run").
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
