@@ -257,7 +257,7 @@ def test_compiled_model_saves_and_reloads(tmp_path):
 
 def test_the_moving_average_is_the_model_only_when_asked(tmp_path):
     """With `ema_momentum`, `fit` leaves the trained weights (Keras' own `fit`
-    would overwrite them with the average); `use_average` then sets the average
+    would overwrite them with the average); `use_moving_average` then sets the average
     m * average + (1 - m) * weights over the steps, with m warmed up as
     min(momentum, (1 + t) / (10 + t)), recomputed here by hand; the
     optimizer saves and reloads as `AveragingAdam`."""

@@ -120,7 +120,7 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
 @keras.saving.register_keras_serializable(package="transformer")
 class AveragingAdam(keras.optimizers.Adam):
     """Adam that keeps an exponential moving average of the weights (Keras'
-    `use_ema`) and puts it into the model only when asked (`use_average`).
+    `use_ema`) and puts it into the model only when asked (`use_moving_average`).
 
     The momentum warms up as in `tf.train.ExponentialMovingAverage` with
     `num_updates`: step t uses min(ema_momentum, (1 + t) / (10 + t)), and the
@@ -134,7 +134,7 @@ class AveragingAdam(keras.optimizers.Adam):
     calls `fit` more than once (a resumed run: the rest of an epoch, then the
     other epochs) would then train on from the average instead of its own
     weights, and end elsewhere than the uninterrupted run. Here `fit` leaves the
-    weights alone; the trainer calls `use_average` once training is over.
+    weights alone; the trainer calls `use_moving_average` once training is over.
     """
 
     def _update_model_variables_moving_average(self, trainable_variables):
@@ -152,12 +152,6 @@ class AveragingAdam(keras.optimizers.Adam):
     def finalize_variable_values(self, var_list):
         """Leaves the weights as they are (see the class docstring)."""
 
-    def use_average(self, var_list):
-        """Sets the variables of `var_list` (the model's trainable ones) to their
-        moving average; nothing without `use_ema`."""
-        if self.use_ema:
-            self._overwrite_model_variables_with_average_value(var_list)
-
 
 def use_moving_average(model) -> None:
     """Sets the model's trainable weights to the moving average its optimizer
@@ -173,7 +167,7 @@ def use_moving_average(model) -> None:
             "Expected a model compiled with `make_optimizer(..., ema_momentum > 0)`, which "
             f"keeps a moving average of the weights. Received: optimizer={optimizer!r}"
         )
-    optimizer.use_average(model.trainable_variables)
+    optimizer._overwrite_model_variables_with_average_value(model.trainable_variables)
 
 
 def make_optimizer(
