@@ -314,6 +314,27 @@ def test_tied_embeddings_get_one_gradient_from_all_three_uses():
     np.testing.assert_allclose(tied_grad.numpy(), sum(parts).numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_tied_projection_is_one_2d_product_and_keeps_the_static_shape():
+    """The logits of every position come from one 2-D `MatMul` with the table,
+    not a broadcast batch product (several times slower without oneDNN); the
+    output keeps the known dimensions and the vocabulary."""
+    keras.utils.set_random_seed(10)
+    model = _tiny(input_vocab_size=30, target_vocab_size=30, tie_embeddings=True)
+    model((CONTEXT, TARGET))
+    projection = model.final_layer
+    traced = tf.function(projection).get_concrete_function(
+        tf.TensorSpec((None, None, 16), tf.float32))
+    ops_used = {op.type for op in traced.graph.get_operations()}
+    assert "MatMul" in ops_used
+    assert not ops_used & {"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
+    assert traced.structured_outputs.shape.as_list() == [None, None, 30]
+    x = tf.random.normal((2, 3, 16))
+    table = model.encoder.pos_embedding.embedding.embeddings.numpy()
+    np.testing.assert_allclose(projection(x).numpy(), x.numpy() @ table.T, atol=1e-5)
+    np.testing.assert_allclose(projection(x[:, 0]).numpy(), x[:, 0].numpy() @ table.T,
+                               atol=1e-5)  # (batch, d_model), as in cached decoding
+
+
 def test_tied_model_saves_and_loads_with_the_sharing(tmp_path):
     keras.utils.set_random_seed(9)
     model = _tiny(input_vocab_size=30, target_vocab_size=30, tie_embeddings=True)

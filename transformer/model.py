@@ -287,7 +287,14 @@ class TiedOutputProjection(keras.layers.Layer):
 
     def call(self, x):
         table = tf.cast(self._embedding.embeddings, self.compute_dtype)  # (vocab, d_model)
-        return tf.matmul(x, table, transpose_b=True)  # (..., vocab)
+        # One 2-D product over all positions: on a 3-D `x`, `tf.matmul` runs a
+        # broadcast batch product, which without oneDNN (CPUs without AVX-512)
+        # took several times as long (BENCHMARKS.md, "The tied output projection").
+        rows = tf.reshape(x, [-1, tf.shape(x)[-1]])  # (positions, d_model)
+        logits = tf.matmul(rows, table, transpose_b=True)  # (positions, vocab)
+        logits = tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.units]], axis=0))
+        logits.set_shape([*x.shape[:-1], self.units])
+        return logits
 
     def compute_output_shape(self, input_shape):
         return (*tuple(input_shape)[:-1], self.units)
