@@ -12,6 +12,7 @@ import tensorflow as tf
 from transformer.training import (
     AveragingAdam,
     CustomSchedule,
+    FusedAdam,
     MaskedLoss,
     make_optimizer,
     masked_accuracy,
@@ -289,8 +290,50 @@ def test_the_moving_average_is_the_model_only_when_asked(tmp_path):
     assert reloaded.optimizer.ema_momentum == momentum
 
 
-def test_no_moving_average_is_plain_adam_and_a_bad_momentum_is_refused():
-    assert type(make_optimizer(4, 10)) is keras.optimizers.Adam
+def test_fused_adam_updates_as_keras_adam(monkeypatch):
+    """`FusedAdam` (one kernel per weight) gives Keras' Adam's weights, step by
+    step, on the dense layers' gradients and on the embedding's sparse ones
+    (which take Keras' own update); a large
+    epsilon keeps the comparison away from near-zero moments, where rounding
+    flips the sign of an update."""
+    def trained(optimizer):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((None,), dtype="int32")
+        hidden = keras.layers.Embedding(7, 4)(inputs)
+        logits = keras.layers.Dense(5)(keras.layers.Dense(4)(hidden))
+        model = keras.Model(inputs, logits)
+        model.compile(optimizer, loss=MaskedLoss(0.0))
+        rng = np.random.default_rng(0)
+        weights = []
+        for _ in range(4):
+            x = rng.integers(1, 7, (3, 4)).astype(np.int32)
+            model.train_on_batch(x, rng.integers(1, 5, (3, 4)).astype(np.int32))
+            weights.append([w.numpy() for w in model.trainable_weights])
+        return weights
+
+    fused_kernels = []
+
+    def apply_adam(**kwargs):
+        fused_kernels.append(kwargs["var"])
+        return raw_apply_adam(**kwargs)
+
+    raw_apply_adam = tf.raw_ops.ResourceApplyAdam
+    monkeypatch.setattr(tf.raw_ops, "ResourceApplyAdam", apply_adam)
+    settings = dict(learning_rate=0.05, beta_1=0.9, beta_2=0.98, epsilon=1e-3)
+    fused, plain = trained(FusedAdam(**settings)), trained(keras.optimizers.Adam(**settings))
+    for fused_step, plain_step in zip(fused, plain, strict=True):
+        for a, b in zip(fused_step, plain_step, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(fused[0][0], fused[-1][0])  # the weights moved
+    # Each trace of the step fuses the two kernels and two biases, not the table.
+    assert fused_kernels and len(fused_kernels) % 4 == 0
+
+
+def test_no_moving_average_is_fused_adam_and_a_bad_momentum_is_refused():
+    optimizer = make_optimizer(4, 10)
+    assert type(optimizer) is FusedAdam and not optimizer.use_ema
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is FusedAdam
     with pytest.raises(ValueError, match="ema_momentum"):
         make_optimizer(4, 10, ema_momentum=1.0)
 
