@@ -133,25 +133,36 @@ class FusedAdam(keras.optimizers.Adam):
     makes one pass with the same formula (the bias-corrected rate
     `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`, epsilon added to `sqrt(v)`).
     On the small batches of a CPU run the optimizer is a large share of the
-    step (BENCHMARKS.md, "Faster steps on CPUs"). Sparse gradients (an
-    untied embedding's), AMSGrad and distribution strategies take Keras' own
-    update; the variables and the saved state are Keras' Adam's.
+    step (BENCHMARKS.md, "Faster steps: the tied output projection and fused
+    Adam"). Sparse gradients (an untied embedding's), AMSGrad and
+    distribution strategies take Keras' own update; the variables and the
+    saved state are Keras' Adam's.
     """
 
-    def update_step(self, gradient, variable, learning_rate):
-        if isinstance(gradient, tf.IndexedSlices) or self.amsgrad or not _fused_updates():
-            return super().update_step(gradient, variable, learning_rate)
-        dtype = variable.dtype
-        step = ops.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
-        index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]),
-            v=_handle(self._velocities[index]),
-            beta1_power=ops.power(beta_1, step), beta2_power=ops.power(beta_2, step),
-            lr=ops.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-            epsilon=ops.cast(self.epsilon, dtype), grad=ops.cast(gradient, dtype),
-        )
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        """All weights' updates of a step; the rate and the moments' bias
+        corrections are computed once per step, not once per weight."""
+        if self.amsgrad or not _fused_updates():
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        scalars = {}  # by dtype
+        step = self.iterations + 1
+        for gradient, variable in zip(grads, trainable_variables, strict=True):
+            if isinstance(gradient, tf.IndexedSlices):
+                super().update_step(gradient, variable, learning_rate)
+                continue
+            dtype = variable.dtype
+            if dtype not in scalars:
+                beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+                scalars[dtype] = dict(
+                    beta1_power=ops.power(beta_1, ops.cast(step, dtype)),
+                    beta2_power=ops.power(beta_2, ops.cast(step, dtype)),
+                    lr=ops.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+                    epsilon=ops.cast(self.epsilon, dtype))
+            index = self._get_variable_index(variable)
+            tf.raw_ops.ResourceApplyAdam(
+                var=_handle(variable), m=_handle(self._momentums[index]),
+                v=_handle(self._velocities[index]), grad=ops.cast(gradient, dtype),
+                **scalars[dtype])
 
 
 def _handle(variable):
@@ -185,17 +196,19 @@ class AveragingAdam(FusedAdam):
         momentum = ops.minimum(ops.cast(self.ema_momentum, "float32"),
                                (1.0 + step) / (10.0 + step))
         momentum = ops.where(step > 0, momentum, 0.0)  # the average starts as zeros
-        fused = _fused_updates()
+        fused, rates = _fused_updates(), {}  # 1 - m, by dtype
         for var, average in zip(trainable_variables, self._model_variables_moving_average,
                                 strict=True):
             if average is None:
                 continue
-            m = ops.cast(momentum, var.dtype)
+            if var.dtype not in rates:
+                rates[var.dtype] = ops.cast(1.0 - momentum, var.dtype)
+            rate = rates[var.dtype]
             if fused:  # average -= (1 - m) * (average - weights), in one kernel after the difference
                 tf.raw_ops.ResourceApplyGradientDescent(
-                    var=_handle(average), alpha=1.0 - m, delta=average - var)
+                    var=_handle(average), alpha=rate, delta=average - var)
             else:
-                average.assign(m * average + (1.0 - m) * var)
+                average.assign(average - rate * (average - var))
 
     def finalize_variable_values(self, var_list):
         """Leaves the weights as they are (see the class docstring)."""
