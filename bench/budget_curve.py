@@ -99,8 +99,10 @@ def train_and_translate(minutes: float, args, pairs) -> dict:
     }
 
 
-def plot(series: list[tuple[str, list[dict]]], peers: list[dict], path: Path) -> None:
-    """BLEU against training minutes: one line per (label, runs), a point per peer run."""
+def plot(series: list[tuple[str, list[dict]]], peers: list[dict], path: Path,
+         machine: str | None = None) -> None:
+    """BLEU against training minutes: one line per (label, runs), a point per peer
+    run; `machine` (the CPU and precision) goes under the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,10 +125,10 @@ def plot(series: list[tuple[str, list[dict]]], peers: list[dict], path: Path) ->
                     ha="center", fontsize=8)
     ax.set_xlabel("training minutes, one CPU core")
     ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
-    ax.set_title("Development corpus (es-en, 26k pairs): BLEU against training time",
-                 fontsize=10)
+    title = "Development corpus (es-en, 26k pairs): BLEU against training time"
+    ax.set_title(title + (f"\n{machine}" if machine else ""), fontsize=10)
     ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the labels above the points
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -156,6 +158,8 @@ def main(argv=None) -> int:
                         help="the runs' name in the plot (default: from --train-args)")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "budget_curve.json")
     parser.add_argument("--plot", type=Path, default=None, help="PNG to write")
+    parser.add_argument("--machine", default=None,
+                        help="the CPU and precision, written under the plot's title")
     parser.add_argument("--from-json", type=Path, nargs="+", default=None,
                         help="only plot: the runs of these JSON files (written by this "
                         "script), with --peer")
@@ -165,7 +169,7 @@ def main(argv=None) -> int:
         recorded = [json.loads(path.read_text(encoding="utf-8")) for path in args.from_json]
         series = [(result.get("label") or _label(result.get("train_args", "")), result["runs"])
                   for result in recorded]
-        plot(series, peers, args.plot or BENCH / "results" / "budget_curve.png")
+        plot(series, peers, args.plot or BENCH / "results" / "budget_curve.png", args.machine)
         return 0
     for name in ("train.tsv", "valid.tsv", "test.tsv"):
         if not (args.corpus / name).is_file():
@@ -187,7 +191,7 @@ def main(argv=None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.plot:
-        plot([(result["label"], result["runs"])], peers, args.plot)
+        plot([(result["label"], result["runs"])], peers, args.plot, args.machine)
     return 0
 
 

@@ -1,0 +1,196 @@
+"""Training steps of the real-text defaults: what the kernels of a step cost.
+
+Times `train.py`'s model on a real corpus (the defaults of `RunConfig(data=...)`:
+one shared SentencePiece vocabulary, tied embeddings, pre-norm, no dropout,
+Adam with a moving average of the weights, the precision it picks for the
+CPU) on the token-budget batches it
+trains on, each variant in its own process, the variants alternating over
+`--rounds` rounds so that the ratios are paired within the same minutes of a
+shared machine:
+
+- `default`: the library as it is;
+- `broadcast-logits`: the tied output projection as `tf.matmul` of the 3-D
+  decoder output with the table (a broadcast batch product), as it was before
+  it became one 2-D product;
+- `keras-adam`: Keras' own Adam update and moving average (about a dozen
+  element-wise operations per weight) instead of `FusedAdam`'s kernels;
+- `before`: both of the above, the step as it was;
+- `onednn`: `default` with TensorFlow's oneDNN operations forced on
+  (`TF_ENABLE_ONEDNN_OPTS=1`), which TensorFlow enables by itself only on
+  CPUs with AVX-512.
+
+Each process learns the vocabulary from the training file, runs `--skip`
+steps of the stream untimed (most batch shapes are then built), then times
+`--steps` steps. It reports wall milliseconds per step and per 1,000 real
+target tokens, and the ratio of each variant's time to the first's.
+
+Command (the development corpus of the project's real-text work), with one
+core per process as `train.py --time-budget` is measured:
+    taskset -c 0 python bench/step_kernels.py --data ../shared/data/ui-es-en/train.tsv \\
+        --variants default before broadcast-logits keras-adam onednn --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from real_text_scoring import machine  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from transformer.cli.common import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
+
+VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn")
+
+
+def _broadcast_logits(self, x):
+    """The tied projection as it was: a batch product of the 3-D `x` with the table."""
+    import tensorflow as tf
+
+    table = tf.cast(self._embedding.embeddings, self.compute_dtype)
+    return tf.matmul(x, table, transpose_b=True)
+
+
+def _keras_optimizer(config):
+    """Keras' own Adam with the library's schedule and, with a momentum, the
+    library's moving average by Keras' element-wise operations."""
+    import keras
+
+    from transformer import training
+
+    fused = training.make_optimizer(config.model.d_model, config.warmup_steps,
+                                    config.peak_learning_rate, None, config.ema_momentum)
+
+    class KerasAveragingAdam(keras.optimizers.Adam):
+        def _update_model_variables_moving_average(self, trainable_variables):
+            from keras import ops
+
+            step = ops.cast(self.iterations, "float32")
+            momentum = ops.minimum(ops.cast(self.ema_momentum, "float32"),
+                                   (1.0 + step) / (10.0 + step))
+            momentum = ops.where(step > 0, momentum, 0.0)
+            for var, average in zip(trainable_variables, self._model_variables_moving_average,
+                                    strict=True):
+                if average is not None:
+                    m = ops.cast(momentum, var.dtype)
+                    average.assign(m * average + (1.0 - m) * var)
+
+        def finalize_variable_values(self, var_list):
+            pass
+
+    kwargs = dict(beta_1=fused.beta_1, beta_2=fused.beta_2, epsilon=fused.epsilon)
+    if fused.use_ema:
+        return KerasAveragingAdam(fused._learning_rate, use_ema=True,
+                                  ema_momentum=fused.ema_momentum, **kwargs)
+    return keras.optimizers.Adam(fused._learning_rate, **kwargs)
+
+
+def worker(args) -> dict:
+    """One variant in this process; returns wall ms per step and per 1,000 target tokens."""
+    from transformer.run import allocator
+
+    allocator.keep_freed_memory()
+    import keras
+    import tensorflow as tf
+
+    from transformer import model as model_module
+    from transformer import training
+    from transformer.data import load_corpus
+    from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
+    from transformer.data.tokenizers import build_tokenizers
+    from transformer.run import RunConfig
+
+    if args.variant in ("before", "broadcast-logits"):
+        model_module.TiedOutputProjection.call = _broadcast_logits
+    config = RunConfig(data=args.data)
+    keras.mixed_precision.set_global_policy(config.precision)  # train.py's choice for this CPU
+    corpus = load_corpus(data=args.data, seed=0)
+    tokenizers = build_tokenizers(corpus.train, config.vocab_size, config.lower_case,
+                                  kind=config.tokenizer, shared=config.shared_vocab,
+                                  learn_params=config.tokenizer_learn_params)
+    tokens = tokenize_pairs(corpus.train, tokenizers, config.model.max_length)
+    keras.utils.set_random_seed(0)
+    model = config.model.build_model(int(tokenizers.source.get_vocab_size()),
+                                     int(tokenizers.target.get_vocab_size()))
+    if args.variant in ("before", "keras-adam"):
+        optimizer = _keras_optimizer(config)
+    else:
+        optimizer = training.make_optimizer(config.model.d_model, config.warmup_steps,
+                                            config.peak_learning_rate, None,
+                                            config.ema_momentum)
+    model.compile(optimizer=optimizer,
+                  loss=training.MaskedLoss(config.label_smoothing, jit_compile=False),
+                  metrics=[training.masked_accuracy])
+    stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0)
+    model.fit(stream.take(args.skip), verbose=0)
+    part = stream.skip(args.skip).take(args.steps)
+    real = sum(int(tf.math.count_nonzero(labels)) for _, labels in part)
+    start = time.perf_counter()
+    model.fit(part, verbose=0)
+    seconds = time.perf_counter() - start
+    return {"ms per step": round(seconds / args.steps * 1000, 1),
+            "ms per 1000 target tokens": round(seconds / real * 1e6, 1),
+            "optimizer": type(model.optimizer).__name__, "precision": config.precision,
+            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's choice")}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="a TSV of training pairs")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps")
+    parser.add_argument("--skip", type=int, default=300, help="untimed steps before them")
+    parser.add_argument("--batch-tokens", type=int, default=357,
+                        help="the token budget train.py sizes for the development corpus")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--output", default=str(ROOT / "bench/results/step_kernels.json"))
+    args = parser.parse_args(argv)
+    if args.variant:  # a worker process
+        print(json.dumps(worker(args)))
+        return 0
+    before = machine()
+    runs = {variant: [] for variant in args.variants}
+    for round_index in range(args.rounds):
+        for variant in args.variants:
+            command = [sys.executable, __file__, "--data", args.data, "--steps", str(args.steps),
+                       "--skip", str(args.skip), "--batch-tokens", str(args.batch_tokens),
+                       "--variant", variant]
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", BFC_ALLOCATOR_ENV: "true"}
+            if variant == "onednn":
+                env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+            out = subprocess.run(command, capture_output=True, text=True, env=env)
+            if out.returncode:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return out.returncode
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[variant].append(result)
+            print(f"round {round_index + 1} {variant}: {result}", flush=True)
+    key = "ms per 1000 target tokens"
+    summary = {v: {"ms per step": statistics.median(r["ms per step"] for r in results),
+                   key: statistics.median(r[key] for r in results)}
+               for v, results in runs.items()}
+    reference = args.variants[0]
+    print("\nmedians over rounds:")
+    for variant, values in summary.items():
+        values["time / " + reference] = round(values[key] / summary[reference][key], 3)
+        print(f"  {variant:17s} {values['ms per step']:7.1f} ms per step, "
+              f"{values[key]:7.1f} ms per 1,000 target tokens, "
+              f"{values['time / ' + reference]:.3f}x {reference}'s time")
+    record = {"machine_before": before, "machine_after": machine(),
+              "precision": runs[reference][0]["precision"], "args": vars(args), "runs": runs, "summary": summary}
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
