@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 
 import numpy as np
 
@@ -73,26 +72,36 @@ def length_report(output_lengths, input_lengths, cap):
 
 
 def machine():
-    """CPU model, core count and load averages (1, 5, 15 min)."""
+    """CPU model, family and model numbers, core count, the flags that pick the
+    precision, the precision `train.py` picks here, and the load averages (1, 5,
+    15 min). The flags are read by `transformer.run.precision`, the one reader."""
+    from transformer.run.precision import cpu_flags, default_precision
+
     model = platform.processor() or ""
+    numbers = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not numbers.get("model name"):
+                    numbers["model name"] = value.strip()
+                elif key in ("cpu family", "model") and key not in numbers:
+                    numbers[key] = value.strip()
+                if len(numbers) == 3:
                     break
     except OSError:
         pass
-    try:
-        flags = subprocess.run(["grep", "-m1", "^flags", "/proc/cpuinfo"], capture_output=True,
-                               text=True, check=False).stdout
-    except OSError:
-        flags = ""
+    model = numbers.get("model name", model)
+    flags = cpu_flags()
     return {
         "cpu_model": model,
+        "cpu_family": numbers.get("cpu family"),
+        "cpu_model_number": numbers.get("model"),
         "cpu_count": os.cpu_count(),
         "amx_bf16": "amx_bf16" in flags,
         "avx512f": "avx512f" in flags,
         "avx512_bf16": "avx512_bf16" in flags,
+        "train_py_precision": default_precision(flags),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }

@@ -107,11 +107,12 @@ def worker(args) -> dict:
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
     from transformer.run import RunConfig
+    from transformer.run.precision import default_precision
 
     if args.variant in ("before", "broadcast-logits"):
         model_module.TiedOutputProjection.call = _broadcast_logits
-    config = RunConfig(data=args.data)
-    keras.mixed_precision.set_global_policy(config.precision)  # train.py's choice for this CPU
+    config = RunConfig(data=args.data, precision=default_precision())  # train.py's choice here
+    keras.mixed_precision.set_global_policy(config.precision)
     corpus = load_corpus(data=args.data, seed=0)
     tokenizers = build_tokenizers(corpus.train, config.vocab_size, config.lower_case,
                                   kind=config.tokenizer, shared=config.shared_vocab,

@@ -4,6 +4,7 @@ JoeyNMT configs and their parameter count (JoeyNMT itself is not installed here)
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -155,3 +156,15 @@ def test_budget_curve_plots_its_runs_beside_the_peer(tmp_path):
     assert budget_curve.main(["--from-json", str(tmp_path / "runs.json"), "--peer",
                               str(tmp_path / "peer.json"), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_machine_record_names_the_cpu_and_the_precision_train_py_picks_there():
+    from transformer.run.precision import cpu_flags, default_precision
+
+    scoring = _load("real_text_scoring", BENCH / "real_text_scoring.py")
+    record = scoring.machine()
+    flags = cpu_flags()
+    assert record["train_py_precision"] == default_precision(flags)
+    assert record["avx512_bf16"] == ("avx512_bf16" in flags)
+    assert record["amx_bf16"] == ("amx_bf16" in flags)
+    assert len(record["loadavg"]) == 3 and record["cpu_count"] == os.cpu_count()
