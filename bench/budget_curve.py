@@ -162,13 +162,16 @@ def main(argv=None) -> int:
                         help="the CPU and precision, written under the plot's title")
     parser.add_argument("--from-json", type=Path, nargs="+", default=None,
                         help="only plot: the runs of these JSON files (written by this "
-                        "script), with --peer")
+                        "script), with --peer; files with the same label make one line")
     args = parser.parse_args(argv)
     peers = [json.loads(path.read_text(encoding="utf-8")) for path in args.peer]
     if args.from_json:
         recorded = [json.loads(path.read_text(encoding="utf-8")) for path in args.from_json]
-        series = [(result.get("label") or _label(result.get("train_args", "")), result["runs"])
-                  for result in recorded]
+        series = {}  # files with the same label (budgets run apart) make one line
+        for result in recorded:
+            label = result.get("label") or _label(result.get("train_args", ""))
+            series.setdefault(label, []).extend(result["runs"])
+        series = list(series.items())
         plot(series, peers, args.plot or BENCH / "results" / "budget_curve.png", args.machine)
         return 0
     for name in ("train.tsv", "valid.tsv", "test.tsv"):

@@ -158,6 +158,24 @@ def test_budget_curve_plots_its_runs_beside_the_peer(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+
+def test_budget_curve_joins_files_of_one_label_into_one_line(tmp_path, monkeypatch):
+    import json
+
+    budget_curve = _load("budget_curve", BENCH / "budget_curve.py")
+    paths = []
+    for name, label, minutes in (("a", "defaults", 15), ("b", "defaults", 5), ("c", "other", 15)):
+        record = {"label": label, "runs": [{"minutes": minutes, "train_seconds": 60.0 * minutes,
+                                             "translate_beam4": {"bleu_lc_13a": 1.0}}]}
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(record), encoding="utf-8")
+    drawn = []
+    monkeypatch.setattr(budget_curve, "plot", lambda series, *rest: drawn.append(series))
+    assert budget_curve.main(["--from-json", *map(str, paths)]) == 0
+    [series] = drawn
+    assert [(label, sorted(r["minutes"] for r in runs)) for label, runs in series] == [
+        ("defaults", [5, 15]), ("other", [15])]
+
 def test_machine_record_names_the_cpu_and_the_precision_train_py_picks_there():
     from transformer.run.precision import cpu_flags, default_precision
 
