@@ -158,7 +158,6 @@ def test_budget_curve_plots_its_runs_beside_the_peer(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-
 def test_budget_curve_joins_files_of_one_label_into_one_line(tmp_path, monkeypatch):
     import json
 
