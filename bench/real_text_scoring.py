@@ -15,13 +15,20 @@ And a decoding-length report: how many outputs ran to the cap without
 tokens (section 6.1 of Vaswani et al., 2017), which for greedy decoding is the
 same as cutting the output there.
 
+And `variant_rounds`, the loop of the step benchmarks (`bench/step_kernels.py`,
+`bench/real_text_step.py`): each variant in its own worker process, the
+variants alternating over rounds.
+
 Not part of the library.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 
 import numpy as np
 
@@ -105,3 +112,27 @@ def machine():
         "train_py_precision": default_precision(flags),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def variant_rounds(script, arguments, variants, rounds, environment) -> dict[str, list[dict]]:
+    """Runs `script --variant V` with `arguments` for each of `variants`, in
+    `rounds` rounds (so that paired variants share the minutes of a shared
+    machine), each run in its own process with `environment(V)` as its
+    environment; returns each variant's results, the JSON object each worker
+    prints on its last line of output.
+
+    Raises:
+        SystemExit: a worker failed (the end of its error output is printed).
+    """
+    runs = {variant: [] for variant in variants}
+    for round_index in range(rounds):
+        for variant in variants:
+            command = [sys.executable, str(script), *arguments, "--variant", variant]
+            out = subprocess.run(command, capture_output=True, text=True, env=environment(variant))
+            if out.returncode:
+                print(out.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"{script}: variant {variant!r} failed (exit {out.returncode})")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[variant].append(result)
+            print(f"round {round_index + 1} {variant}: {result}", flush=True)
+    return runs

@@ -41,14 +41,13 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from real_text_scoring import machine  # noqa: E402
+from real_text_scoring import machine, variant_rounds  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from transformer.cli.common import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
@@ -126,18 +125,16 @@ def main(argv=None) -> int:
     if args.variant:  # a worker process
         print(json.dumps(worker(args)))
         return 0
-    runs = {variant: [] for variant in args.variants}
-    for round_index in range(args.rounds):
-        for variant in args.variants:
-            command = [sys.executable, __file__, "--data", args.data, "--steps", str(args.steps),
-                       "--batch-tokens", str(args.batch_tokens), "--variant", variant]
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-            if variant.startswith("bfc"):
-                env[BFC_ALLOCATOR_ENV] = "true"
-            out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            runs[variant].append(result)
-            print(f"round {round_index + 1} {variant}: {result}", flush=True)
+    arguments = ["--data", args.data, "--steps", str(args.steps),
+                 "--batch-tokens", str(args.batch_tokens)]
+
+    def environment(variant):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        if variant.startswith("bfc"):
+            env[BFC_ALLOCATOR_ENV] = "true"
+        return env
+
+    runs = variant_rounds(__file__, arguments, args.variants, args.rounds, environment)
     summary = {}
     for variant, results in runs.items():
         summary[variant] = {

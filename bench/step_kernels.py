@@ -36,14 +36,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from real_text_scoring import machine  # noqa: E402
+from real_text_scoring import machine, variant_rounds  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from transformer.cli.common import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
@@ -159,22 +158,16 @@ def main(argv=None) -> int:
         print(json.dumps(worker(args)))
         return 0
     before = machine()
-    runs = {variant: [] for variant in args.variants}
-    for round_index in range(args.rounds):
-        for variant in args.variants:
-            command = [sys.executable, __file__, "--data", args.data, "--steps", str(args.steps),
-                       "--skip", str(args.skip), "--batch-tokens", str(args.batch_tokens),
-                       "--variant", variant]
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", BFC_ALLOCATOR_ENV: "true"}
-            if variant == "onednn":
-                env["TF_ENABLE_ONEDNN_OPTS"] = "1"
-            out = subprocess.run(command, capture_output=True, text=True, env=env)
-            if out.returncode:
-                print(out.stderr[-3000:], file=sys.stderr)
-                return out.returncode
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            runs[variant].append(result)
-            print(f"round {round_index + 1} {variant}: {result}", flush=True)
+    arguments = ["--data", args.data, "--steps", str(args.steps), "--skip", str(args.skip),
+                 "--batch-tokens", str(args.batch_tokens)]
+
+    def environment(variant):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", BFC_ALLOCATOR_ENV: "true"}
+        if variant == "onednn":
+            env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+        return env
+
+    runs = variant_rounds(__file__, arguments, args.variants, args.rounds, environment)
     key = "ms per 1000 target tokens"
     summary = {v: {"ms per step": statistics.median(r["ms per step"] for r in results),
                    key: statistics.median(r[key] for r in results)}
