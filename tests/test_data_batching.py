@@ -13,7 +13,9 @@ from transformer.data.batching import (
     batches_from_tokens,
     batches_per_pass,
     budget_batches_from_tokens,
+    fixed_batches_from_tokens,
     make_batches,
+    sample_pairs,
     token_budget_batches,
     tokenize_pairs,
 )
@@ -307,3 +309,112 @@ def _padded(rows, shape):
     for i, row in enumerate(rows):
         out[i, : len(row)] = row.numpy()
     return out
+
+
+# -- subword regularisation: sample_pairs ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def sp_tokenizers(corpus):
+    """A shared unigram SentencePiece vocabulary: the real corpora's kind."""
+    return build_tokenizers(corpus.train, 300, kind="sentencepiece", shared=True,
+                            learn_params={"model_type": "unigram"})
+
+
+def test_sampled_segmentations_spell_the_same_text_and_are_seeded(corpus, sp_tokenizers):
+    tokenizer = sp_tokenizers.target
+    sentences = [target for _, target in corpus.train[:200]]
+    best = tokenizer.tokenize(tf.constant(sentences))
+    drawn = tokenizer.sample(sentences, alpha=0.1, seed=5)
+    assert drawn.dtype == tf.int64
+    rows = drawn.to_list()
+    assert all(row[0] == START_ID and row[-1] == END_ID for row in rows)
+    # Another split of the same words: the text is unchanged, the pieces are not.
+    assert tokenizer.detokenize(drawn).numpy().tolist() == \
+        tokenizer.detokenize(best).numpy().tolist()
+    assert rows != best.to_list()
+    assert tokenizer.sample(sentences, alpha=0.1, seed=5).to_list() == rows
+    assert tokenizer.sample(sentences, alpha=0.1, seed=6).to_list() != rows
+    with pytest.raises(ValueError, match="alpha"):
+        tokenizer.sample(sentences, alpha=0.0, seed=5)
+
+
+def test_sample_pairs_holds_the_variants_one_after_the_other(corpus, sp_tokenizers):
+    pairs = corpus.train[:100]
+    sampled = sample_pairs(pairs, sp_tokenizers, max_tokens=64, alpha=0.1, variants=3, seed=1)
+    assert len(sampled) == 100 and sampled.variants == 3
+    assert int(sampled.context.nrows()) == int(sampled.target.nrows()) == 300
+    assert sampled.lengths.shape == (100,) and sampled.row_lengths.shape == (300,)
+    assert [sampled.variant_offset(p) for p in range(4)] == [0, 100, 200, 0]
+    sources = sp_tokenizers.source.detokenize(sampled.context).numpy().tolist()
+    assert sources == [source.encode() for source, _ in pairs] * 3
+    variants = [sampled.target[v * 100:(v + 1) * 100].to_list() for v in range(3)]
+    assert variants[0] != variants[1] != variants[2]
+    again = sample_pairs(pairs, sp_tokenizers, max_tokens=64, alpha=0.1, variants=3, seed=1)
+    assert again.target.to_list() == sampled.target.to_list()
+
+
+def test_sampling_from_a_later_pass_reads_the_best_split_first(corpus, sp_tokenizers):
+    pairs = corpus.train[:100]
+    best = tokenize_pairs(pairs, sp_tokenizers, max_tokens=64)
+    sampled = sample_pairs(pairs, sp_tokenizers, max_tokens=64, alpha=0.1, variants=2,
+                           seed=1, from_pass=3)
+    assert (sampled.variants, sampled.sampled_from_pass, len(sampled)) == (3, 3, 100)
+    assert [sampled.variant_offset(p) for p in range(7)] == [0, 0, 0, 100, 200, 100, 200]
+    assert sampled.context[:100].to_list() == best.context.to_list()
+    assert sampled.target[:100].to_list() == best.target.to_list()
+    np.testing.assert_array_equal(sampled.lengths, best.lengths)
+    # The draws are those of sample_pairs without from_pass, and `best` is only reused.
+    alone = sample_pairs(pairs, sp_tokenizers, max_tokens=64, alpha=0.1, variants=2, seed=1)
+    assert sampled.target[100:].to_list() == alone.target.to_list()
+    given = sample_pairs(pairs, sp_tokenizers, 64, 0.1, 2, seed=1, from_pass=3, best=best)
+    assert given.target.to_list() == sampled.target.to_list()
+
+
+def test_sample_pairs_refuses_wordpiece_and_empty_input(corpus, tokenizers, sp_tokenizers):
+    with pytest.raises(ValueError, match="SentencePiece"):
+        sample_pairs(corpus.train[:10], tokenizers, 64, alpha=0.1, variants=2)
+    with pytest.raises(DataError, match="empty"):
+        sample_pairs([], sp_tokenizers, 64, alpha=0.1, variants=2)
+    with pytest.raises(ValueError, match="variants"):
+        sample_pairs(corpus.train[:10], sp_tokenizers, 64, alpha=0.1, variants=0)
+
+
+def test_sampled_pairs_are_trimmed_keeping_end(corpus, sp_tokenizers):
+    sampled = sample_pairs(corpus.train[:50], sp_tokenizers, max_tokens=6, alpha=0.1,
+                           variants=2)
+    assert sampled.num_trimmed > 0
+    assert max(len(row) for row in sampled.context.to_list()) <= 6
+    assert all(row[-1] == END_ID for row in sampled.target.to_list())
+
+
+@pytest.mark.parametrize("budget", [0, 200])
+@pytest.mark.parametrize("from_pass", [0, 1])
+def test_each_pass_reads_its_variant(corpus, sp_tokenizers, budget, from_pass):
+    """Pass p of both kinds of stream holds every pair once, split as
+    `variant_offset(p)` says: the draws in turn, after the best split's passes."""
+    pairs = corpus.train[:60]
+    sampled = sample_pairs(pairs, sp_tokenizers, max_tokens=64, alpha=0.1, variants=2, seed=4,
+                           from_pass=from_pass)
+    passes = 4
+    offsets = [sampled.variant_offset(p) for p in range(passes)]
+    assert offsets == ([0, 60, 0, 60] if not from_pass else [0, 60, 120, 60])
+    if budget:
+        stream = budget_batches_from_tokens(sampled, budget, seed=2)
+        per_pass = [len(token_budget_batches(sampled.row_lengths[o:o + 60], budget, 2, p))
+                    for p, o in enumerate(offsets)]
+        assert per_pass[0] == batches_per_pass(sampled, budget, 2)
+    else:
+        stream = fixed_batches_from_tokens(sampled, batch_size=16, seed=2)
+        per_pass = [4] * passes
+    split = [sorted(tuple(r) for r in sampled.context[o:o + 60].to_list()) for o in (0, 60)]
+    assert split[0] != split[1]
+    batches = iter(stream)
+    for pass_index, count in enumerate(per_pass):
+        offset = sampled.variant_offset(pass_index)
+        want = sorted(tuple(r) for r in sampled.context[offset:offset + 60].to_list())
+        got = []
+        for _ in range(count):
+            (context, _), _ = next(batches)
+            got += [tuple(row) for row in _rows(context) if row]
+        assert sorted(got) == want, pass_index

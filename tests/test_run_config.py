@@ -48,6 +48,9 @@ def test_run_config_round_trip_and_defaults():
         ({"data": "a.tsv", "source_column": 1, "target_column": 1}, "same column"),
         ({"valid": "v.tsv"}, "without `data`"),
         ({"data": "a.tsv", "tokenizer": "wordpiece", "shared_vocab": True}, "wordpiece"),
+        ({"data": "a.tsv", "subword_sampling": 1.0}, "subword_sampling"),
+        ({"data": "a.tsv", "tokenizer": "wordpiece", "subword_sampling": 0.5},
+         "only SentencePiece draws"),
     ],
 )
 def test_run_config_rejects_bad_values(kwargs, match):
@@ -131,6 +134,16 @@ def test_configs_written_before_the_moving_average_keep_the_final_weights():
     assert RunConfig(data="a.tsv", average_checkpoints=5).ema_momentum == 0.0
     with pytest.raises(ValueError, match="Cannot change `ema_momentum`"):
         RunConfig(data="a.tsv", output_dir="runs/x").for_resume(ema_momentum=0.99)
+
+
+def test_configs_written_before_subword_sampling_train_on_the_best_split():
+    from transformer.run.config import RunConfig
+
+    saved = RunConfig(data="a.tsv", subword_sampling=0.3).to_dict()
+    assert RunConfig.from_dict(saved).subword_sampling == 0.3
+    saved.pop("subword_sampling")
+    saved["format_version"] = 8
+    assert RunConfig.from_dict(saved).subword_sampling == 0.0
 
 
 def test_a_shared_vocabulary_ties_the_embeddings():

@@ -108,6 +108,40 @@ def test_the_moving_average_resumes_exactly_and_is_not_the_final_weights(
     assert final.weights_sha256 != reference.weights_sha256
 
 
+def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
+        resume_tsv, tmp_path, monkeypatch, reference):
+    """With `--subword-sampling` on token-budget batches, an interrupted run reads
+    the same drawn segmentations again and ends with the uninterrupted weights,
+    which are not the weights of the same run on the best split. A run shorter
+    than `SAMPLING_FROM_PASS` passes never reads a draw."""
+    from transformer import run
+    from transformer.run import recipes, trainer
+
+    def config(name, **changes):
+        return resumed_config(resume_tsv, tmp_path / name,
+                              **{"batch_tokens": None, "subword_sampling": 0.2, **changes})
+
+    best = run.train(config("best", subword_sampling=0.0), verbose=0, export=False)
+    assert recipes.SAMPLING_FROM_PASS > 3
+    short = run.train(config("short"), verbose=0, export=False)  # 3 passes
+    assert short.weights_sha256 == best.weights_sha256
+    monkeypatch.setattr(trainer, "SAMPLING_FROM_PASS", 1)  # draws from the second pass
+    whole = run.train(config("whole"), verbose=0, export=False)
+    per_epoch = whole.config.steps_per_epoch
+    assert whole.final_step == 3 * per_epoch
+    saved = json.loads((tmp_path / "whole" / rundir.CONFIG_FILE).read_text())
+    assert saved["subword_sampling"] == 0.2
+    assert best.weights_sha256 != whole.weights_sha256
+    interrupt_at(monkeypatch, per_epoch + 3)  # in epoch 2
+    with pytest.raises(Interrupted):
+        run.train(config("run"), verbose=0, export=False)
+    monkeypatch.undo()
+    monkeypatch.setattr(trainer, "SAMPLING_FROM_PASS", 1)
+    resumed = run.train(config("run"), resume=True, verbose=0, export=False)
+    assert 0 < resumed.initial_step <= per_epoch + 3
+    assert resumed.weights_sha256 == whole.weights_sha256
+
+
 def test_fixed_size_stream_is_the_same_however_often_it_is_built_or_iterated(resume_tsv):
     """Pass p's order is a function of (seed, p): a second iterator, or a stream
     built anew, gives the same batches; each pass holds every pair once."""

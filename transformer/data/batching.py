@@ -33,7 +33,11 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from transformer._validation import check_max_tokens, check_positive_int
+from transformer._validation import (
+    check_max_tokens,
+    check_non_negative_int,
+    check_positive_int,
+)
 from transformer.constants import PAD_ID
 from transformer.data.corpus import DataError, Pair
 
@@ -55,6 +59,14 @@ class TokenizedPairs:
         num_trimmed: pairs with either side trimmed.
         num_trimmed_source: pairs whose source was trimmed.
         num_trimmed_target: pairs whose target was trimmed.
+        variants: how many segmentations of every pair the rows hold
+            (`sample_pairs`): row `v * len(self) + i` is pair `i` split the
+            `v`-th way. 1 for `tokenize_pairs`.
+        sampled_from_pass: with `variants` > 1, 0 if every variant was drawn
+            at random, and pass `p` over the pairs reads variant
+            `p % variants`; else variant 0 is the best split, which passes
+            before this one read, and pass `p` after it reads variant
+            `1 + (p - sampled_from_pass) % (variants - 1)`.
     """
 
     context: tf.RaggedTensor
@@ -63,16 +75,40 @@ class TokenizedPairs:
     num_trimmed: int = 0
     num_trimmed_source: int = 0
     num_trimmed_target: int = 0
+    variants: int = 1
+    sampled_from_pass: int = 0
 
     def __len__(self) -> int:
-        return int(self.context.nrows())
+        return int(self.context.nrows()) // self.variants
 
     @functools.cached_property
-    def lengths(self) -> np.ndarray:
-        """Each pair's padded length in a batch: the longer of `context` and `x`."""
+    def row_lengths(self) -> np.ndarray:
+        """Every row's padded length in a batch (all variants): the longer of
+        `context` and `x`."""
         source = np.diff(self.context.row_splits.numpy())
         target = np.diff(self.target.row_splits.numpy()) - 1  # x drops the last token
         return np.maximum(source, target)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each pair's padded length in a batch, as the first variant splits it."""
+        return self.row_lengths[: len(self)]
+
+    def variant_offset(self, pass_index: int) -> int:
+        """The first row of the variant that pass `pass_index` reads."""
+        return int(self._variant(pass_index)) * len(self)
+
+    def _variant(self, pass_index):
+        """The variant pass `pass_index` reads; a Python int or a tensor, like it."""
+        start, variants = self.sampled_from_pass, self.variants
+        if variants == 1:
+            return pass_index * 0
+        if not start:
+            return pass_index % variants
+        after = 1 + (pass_index - start) % (variants - 1)
+        if isinstance(pass_index, int):
+            return 0 if pass_index < start else after
+        return tf.where(pass_index < start, tf.zeros_like(pass_index), after)
 
 
 def _trim_keep_end(rows: tf.RaggedTensor, limit: int) -> tuple[tf.RaggedTensor, np.ndarray]:
@@ -124,15 +160,93 @@ def tokenize_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int) -> Tokeni
         chunk = pairs[start : start + _CHUNK]
         sources.append(tokenizers.source.tokenize(tf.constant([s for s, _ in chunk])))
         targets.append(tokenizers.target.tokenize(tf.constant([t for _, t in chunk])))
-    context, trimmed_source = _trim_keep_end(tf.concat(sources, axis=0), max_tokens)
-    target, trimmed_target = _trim_keep_end(tf.concat(targets, axis=0), max_tokens + 1)
+    return _trimmed(tf.concat(sources, axis=0), tf.concat(targets, axis=0), max_tokens,
+                    len(pairs))
+
+
+def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: float,
+                 variants: int, seed: int = 0, from_pass: int = 0,
+                 best: TokenizedPairs | None = None) -> TokenizedPairs:
+    """Tokenizes sentence pairs `variants` times, each segmentation drawn at
+    random: subword regularisation (Kudo, 2018), for training batches.
+
+    Both sides of every pair are split by `SentencePieceTokenizer.sample`
+    with sharpness `alpha`, a new draw for each variant (seeded by `seed`
+    and the variant), and trimmed as `tokenize_pairs` trims. The passes of
+    `budget_batches_from_tokens` and `fixed_batches_from_tokens` read the
+    variants in turn, so a pair is seen split a new way on each of
+    `variants` passes. With `from_pass` > 0 the first `from_pass` passes
+    read the best split (`tokenize_pairs`'s, or `best`) and the draws come
+    after them. Evaluation and translation keep `tokenize`'s one best
+    segmentation.
+
+    Args:
+        pairs: `(source, target)` string pairs.
+        tokenizers: `.source` and `.target` SentencePiece tokenizers.
+        max_tokens: as for `tokenize_pairs`.
+        alpha: the sharpness of the draws, > 0; smaller draws odder splits.
+        variants: how many segmentations to draw, at least 1.
+        seed: the draws' seed.
+        from_pass: the first pass that reads a drawn segmentation.
+        best: the pairs as `tokenize_pairs` splits them, if at hand (with
+            `from_pass` > 0; made here if None).
+
+    Returns:
+        A `TokenizedPairs` whose rows hold `variants` segmentations of the pairs.
+
+    Raises:
+        DataError: for an empty list of pairs.
+        ValueError: for a tokenizer that cannot sample (WordPiece) or a bad argument.
+    """
+    check_max_tokens(max_tokens)
+    check_positive_int("variants", variants)
+    if len(pairs) == 0:
+        raise DataError("Cannot make batches from an empty list of sentence pairs.")
+    source_side, target_side = (_sampler(side) for side in (tokenizers.source,
+                                                            tokenizers.target))
+    sources = [s for s, _ in pairs]
+    targets = [t for _, t in pairs]
+    draws = np.random.SeedSequence([seed]).generate_state(2 * variants)
+    context = tf.concat([source_side.sample(sources, alpha, draws[2 * v])
+                         for v in range(variants)], axis=0)
+    target = tf.concat([target_side.sample(targets, alpha, draws[2 * v + 1])
+                        for v in range(variants)], axis=0)
+    sampled = _trimmed(context, target, max_tokens, len(pairs), variants)
+    check_non_negative_int("from_pass", from_pass)
+    if not from_pass:
+        return sampled
+    if best is None:
+        best = tokenize_pairs(pairs, tokenizers, max_tokens)
+    return dataclasses.replace(
+        sampled, variants=variants + 1, sampled_from_pass=from_pass,
+        context=tf.concat([best.context, sampled.context], axis=0),
+        target=tf.concat([best.target, sampled.target], axis=0))
+
+
+def _sampler(tokenizer):
+    """A tokenizer with `sample`: itself, or, for a SentencePiece tokenizer
+    reloaded from its SavedModel (a resumed run's), one built from its files."""
+    if hasattr(tokenizer, "sample"):
+        return tokenizer
+    if not hasattr(tokenizer, "get_model_path"):
+        raise ValueError("Subword sampling needs SentencePiece tokenizers, not WordPiece ones.")
+    from transformer.data.sentencepiece import SentencePieceTokenizer
+
+    return SentencePieceTokenizer(tokenizer.get_model_path().numpy().decode(),
+                                  tokenizer.get_vocab_path().numpy().decode())
+
+
+def _trimmed(context, target, max_tokens: int, num_pairs: int, variants: int = 1):
+    """`TokenizedPairs` of framed rows trimmed to `max_tokens`, with the trims logged."""
+    context, trimmed_source = _trim_keep_end(context, max_tokens)
+    target, trimmed_target = _trim_keep_end(target, max_tokens + 1)
     either = int(np.count_nonzero(trimmed_source | trimmed_target))
     if either:
         logger.warning(
             "Trimmed %d of %d pairs to max_tokens=%d (%d sources, %d targets); each keeps "
             "its [END] token.",
             either,
-            len(pairs),
+            num_pairs * variants,
             max_tokens,
             int(trimmed_source.sum()),
             int(trimmed_target.sum()),
@@ -144,6 +258,7 @@ def tokenize_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int) -> Tokeni
         num_trimmed=either,
         num_trimmed_source=int(trimmed_source.sum()),
         num_trimmed_target=int(trimmed_target.sum()),
+        variants=variants,
     )
 
 
@@ -209,6 +324,7 @@ def fixed_batches_from_tokens(tokenized: TokenizedPairs, batch_size: int,
         order = tf.random.experimental.stateless_shuffle(
             tf.range(n, dtype=tf.int64), seed=tf.stack([seed, pass_index])
         )  # (num_pairs,)
+        order += tokenized._variant(pass_index) * n  # this pass's segmentation
         return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
 
     return _padded(tf.data.Dataset.counter().flat_map(one_pass), tokenized)
@@ -322,14 +438,18 @@ def budget_batches_from_tokens(
         A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
     """
     check_positive_int("batch_tokens", batch_tokens)
-    lengths = tokenized.lengths
+    lengths = tokenized.row_lengths  # every variant's
+    n = len(tokenized)
 
     def indices():
         pass_index = 0
         while True:
-            yield from token_budget_batches(
-                lengths, batch_tokens, seed, pass_index, length_step=length_step
-            )
+            offset = tokenized.variant_offset(pass_index)
+            for batch in token_budget_batches(
+                lengths[offset : offset + n], batch_tokens, seed, pass_index,
+                length_step=length_step,
+            ):
+                yield batch + offset
             pass_index += 1
 
     dataset = tf.data.Dataset.from_generator(

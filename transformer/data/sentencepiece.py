@@ -58,12 +58,14 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 
@@ -326,6 +328,7 @@ class SentencePieceTokenizer(TokenizerBase):
             )
         self._pieces = tf.constant(pieces)
         self._reserved_tokens = reserved_tokens
+        self._model_file = model_path  # for `sample`; a plain string, not saved
         self._model_path = tf.saved_model.Asset(model_path)
         self._vocab_path = tf.saved_model.Asset(vocab_path)
 
@@ -363,6 +366,40 @@ class SentencePieceTokenizer(TokenizerBase):
         end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
         framed = tf.concat([start, ids, end], axis=1)  # (batch, (tokens + 2))
         return framed.with_row_splits_dtype(tf.int64)
+
+    def sample(self, sentences: Sequence[str], alpha: float, seed: int) -> tf.RaggedTensor:
+        """Splits sentences into piece ids the way `tokenize` does, but each
+        segmentation drawn at random: subword regularisation (Kudo, 2018).
+
+        Each sentence's segmentation is drawn from the unigram model's
+        distribution over all of its segmentations, sharpened by `alpha`
+        (`P(x)^alpha`): small `alpha` draws odd splits often ("▁la" "s" for
+        "▁las"), large `alpha` mostly the best one. Runs eagerly through the
+        `sentencepiece` package (the in-graph tokenizer cannot sample), on
+        one thread, so the same `seed` gives the same ids.
+
+        Args:
+            sentences: the sentences, Python strings.
+            alpha: the sharpness, > 0.
+            seed: the draw's seed.
+
+        Returns:
+            An int64 `tf.RaggedTensor` `(batch, (tokens))`, every row
+            `[START, ..., END]`, like `tokenize`'s.
+        """
+        import sentencepiece as spm
+
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0, got {alpha!r}.")
+        processor = spm.SentencePieceProcessor(model_file=self._model_file)
+        spm.set_random_generator_seed(int(seed) % (2**32 - 1) + 1)
+        rows = processor.encode(list(sentences), out_type=int, enable_sampling=True,
+                                alpha=float(alpha), nbest_size=-1, num_threads=1)
+        lengths = np.fromiter((len(row) + 2 for row in rows), np.int64, len(rows))
+        values = np.fromiter(
+            itertools.chain.from_iterable((START_ID, *row, END_ID) for row in rows),
+            np.int64, int(lengths.sum()))
+        return tf.RaggedTensor.from_row_lengths(values, lengths)
 
     @tokenizer_function
     def detokenize(self, tokens):

@@ -27,7 +27,12 @@ from transformer.model_config import PRESETS, TransformerConfig
 from transformer.options import setting
 from transformer.run.fingerprint import FINGERPRINT_KEY
 from transformer.run.precision import PRECISIONS, default_precision, explain_default_precision
-from transformer.run.recipes import MAX_EPOCHS, dataset_defaults, default_model
+from transformer.run.recipes import (
+    MAX_EPOCHS,
+    SAMPLED_SEGMENTATIONS,
+    dataset_defaults,
+    default_model,
+)
 
 DEFAULT_RUNS_DIR = "runs"
 # The version of the config.json layout, written next to the settings. Version 2
@@ -39,8 +44,9 @@ DEFAULT_RUNS_DIR = "runs"
 # 6 `subword_model` (older files: SentencePiece's unigram model); version 7
 # `data_fingerprint`, what the run was trained on (older files: none, resumed
 # unchecked with a warning; `transformer.run.fingerprint`); version 8
-# `ema_momentum` (older files: no moving average).
-CONFIG_FORMAT_VERSION = 8
+# `ema_momentum` (older files: no moving average); version 9
+# `subword_sampling` (older files: none, the field's default).
+CONFIG_FORMAT_VERSION = 9
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -134,6 +140,12 @@ class RunConfig:
         None, "what sentencepiece learns: bpe makes every toy word one piece, unigram is "
         "SentencePiece's own default", section="data", kind="choice",
         choices=SENTENCEPIECE_MODEL_TYPES)
+    subword_sampling: float = setting(
+        0.0, "subword regularisation (Kudo, 2018): train on segmentations drawn at random "
+        "from the unigram model, sharpened by ALPHA (smaller draws odder splits; "
+        f"{SAMPLED_SEGMENTATIONS} draws of every pair, read in turn, one per pass); "
+        "evaluation and translation keep the best split; 0 for none. Needs sentencepiece",
+        section="data", kind="rate", metavar="ALPHA")
     lower_case: bool | None = setting(
         None, "lower-case text (and, for WordPiece, strip accents) before tokenizing",
         section="data", flag="", default_help="yes for wordpiece, no for sentencepiece")
@@ -438,6 +450,12 @@ def _check_choices(config: RunConfig) -> None:
     _check_choice("strategy", config.strategy, STRATEGIES)
     _check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
     _check_choice("subword_model", config.subword_model, SENTENCEPIECE_MODEL_TYPES)
+    if config.subword_sampling and config.tokenizer != "sentencepiece":
+        raise ValueError(
+            "Received `subword_sampling` > 0 with the wordpiece tokenizer, expected "
+            "tokenizer='sentencepiece': only SentencePiece draws segmentations. Received: "
+            f"subword_sampling={config.subword_sampling}"
+        )
     if config.shared_vocab and config.tokenizer != "sentencepiece":
         raise ValueError(
             "Received `shared_vocab=True` with the wordpiece tokenizer, expected "
@@ -460,6 +478,7 @@ def _check_numbers(config: RunConfig) -> None:
     for name in ("source_column", "target_column", "num_examples", "seed"):
         check_non_negative_int(name, getattr(config, name))
     check_rate("label_smoothing", config.label_smoothing)
+    check_rate("subword_sampling", config.subword_sampling)
     check_rate("ema_momentum", config.ema_momentum)
     if config.ema_momentum and config.average_checkpoints > 1:
         raise ValueError(

@@ -94,6 +94,14 @@ CORPUS_MODEL_DEFAULTS = {
 TARGET_PAIRS_SEEN = 180_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 20
 
+# With --subword-sampling: the first SAMPLING_FROM_PASS passes over the training
+# pairs read their best split, and then each pass reads the next of
+# SAMPLED_SEGMENTATIONS random segmentations of every pair, drawn before
+# training, in turn. Constants, not functions of the run's epochs, so that a run
+# resumed with more epochs reads the same stream.
+SAMPLED_SEGMENTATIONS = 8
+SAMPLING_FROM_PASS = 8
+
 
 def _is_toy(dataset: str, data) -> bool:
     return data is None and dataset == "toy"

@@ -30,6 +30,7 @@ from transformer.data.batching import (
     batches_per_pass,
     budget_batches_from_tokens,
     fixed_batches_from_tokens,
+    sample_pairs,
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
@@ -60,7 +61,11 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
-from transformer.run.recipes import size_epochs_and_batches
+from transformer.run.recipes import (
+    SAMPLED_SEGMENTATIONS,
+    SAMPLING_FROM_PASS,
+    size_epochs_and_batches,
+)
 from transformer.training import (
     MaskedLoss,
     learning_rate_schedule,
@@ -329,6 +334,8 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
         valid_batches = batches_from_tokens(
             valid_tokens, config.batch_size, shuffle=False).with_options(_sharding_options())
     config = _sized(config, train_tokens)
+    if config.subword_sampling:
+        train_tokens = _sampled(config, corpus, tokenizers, train_tokens)
     data = _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -538,6 +545,21 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
                 f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
                 else f" of {config.batch_size} pairs")
     return config
+
+
+def _sampled(config: RunConfig, corpus: Corpus, tokenizers,
+             best: TokenizedPairs) -> TokenizedPairs:
+    """The training pairs in `SAMPLED_SEGMENTATIONS` random segmentations
+    (`--subword-sampling`); epochs and batches stay sized on the best one."""
+    started = time.perf_counter()
+    sampled = sample_pairs(corpus.train, tokenizers, best.max_tokens, config.subword_sampling,
+                           SAMPLED_SEGMENTATIONS, config.seed, SAMPLING_FROM_PASS, best)
+    growth = sampled.row_lengths[len(best):].mean() / best.lengths.mean()
+    logger.info("Drew %d segmentations of every training pair (alpha %g) in %.1f s, "
+                "%.2f times the best split's tokens, for the passes from pass %d on.",
+                SAMPLED_SEGMENTATIONS, config.subword_sampling,
+                time.perf_counter() - started, growth, SAMPLING_FROM_PASS + 1)
+    return sampled
 
 
 def _write_config(run_dir: Path, config: RunConfig, data: _Data) -> None:
