@@ -115,7 +115,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     which are not the weights of the same run on the best split. A run shorter
     than `SAMPLING_FROM_PASS` passes never reads a draw."""
     from transformer import run
-    from transformer.run import recipes, trainer
+    from transformer.run import recipes
 
     def config(name, **changes):
         return resumed_config(resume_tsv, tmp_path / name,
@@ -125,7 +125,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     assert recipes.SAMPLING_FROM_PASS > 3
     short = run.train(config("short"), verbose=0, export=False)  # 3 passes
     assert short.weights_sha256 == best.weights_sha256
-    monkeypatch.setattr(trainer, "SAMPLING_FROM_PASS", 1)  # draws from the second pass
+    monkeypatch.setattr(recipes, "SAMPLING_FROM_PASS", 1)  # draws from the second pass
     whole = run.train(config("whole"), verbose=0, export=False)
     per_epoch = whole.config.steps_per_epoch
     assert whole.final_step == 3 * per_epoch
@@ -136,7 +136,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     with pytest.raises(Interrupted):
         run.train(config("run"), verbose=0, export=False)
     monkeypatch.undo()
-    monkeypatch.setattr(trainer, "SAMPLING_FROM_PASS", 1)
+    monkeypatch.setattr(recipes, "SAMPLING_FROM_PASS", 1)
     resumed = run.train(config("run"), resume=True, verbose=0, export=False)
     assert 0 < resumed.initial_step <= per_epoch + 3
     assert resumed.weights_sha256 == whole.weights_sha256

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,6 +41,7 @@ from transformer._validation import (
 )
 from transformer.constants import PAD_ID
 from transformer.data.corpus import DataError, Pair
+from transformer.data.sentencepiece import SentencePieceTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +204,7 @@ def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: floa
     check_positive_int("variants", variants)
     if len(pairs) == 0:
         raise DataError("Cannot make batches from an empty list of sentence pairs.")
+    started = time.perf_counter()
     source_side, target_side = (_sampler(side) for side in (tokenizers.source,
                                                             tokenizers.target))
     sources = [s for s, _ in pairs]
@@ -212,6 +215,9 @@ def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: floa
     target = tf.concat([target_side.sample(targets, alpha, draws[2 * v + 1])
                         for v in range(variants)], axis=0)
     sampled = _trimmed(context, target, max_tokens, len(pairs), variants)
+    logger.info("Drew %d segmentations of every training pair (alpha %g) in %.1f s, %.2f "
+                "tokens a pair, for the passes from pass %d on.", variants, alpha,
+                time.perf_counter() - started, sampled.row_lengths.mean(), from_pass + 1)
     check_non_negative_int("from_pass", from_pass)
     if not from_pass:
         return sampled
@@ -230,8 +236,6 @@ def _sampler(tokenizer):
         return tokenizer
     if not hasattr(tokenizer, "get_model_path"):
         raise ValueError("Subword sampling needs SentencePiece tokenizers, not WordPiece ones.")
-    from transformer.data.sentencepiece import SentencePieceTokenizer
-
     return SentencePieceTokenizer(tokenizer.get_model_path().numpy().decode(),
                                   tokenizer.get_vocab_path().numpy().decode())
 

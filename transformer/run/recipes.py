@@ -103,6 +103,11 @@ SAMPLED_SEGMENTATIONS = 8
 SAMPLING_FROM_PASS = 8
 
 
+def subword_sampling_plan(seed: int) -> tuple[int, int, int]:
+    """`sample_pairs`' `variants`, `seed` and `from_pass` for a run of `seed`."""
+    return SAMPLED_SEGMENTATIONS, seed, SAMPLING_FROM_PASS
+
+
 def _is_toy(dataset: str, data) -> bool:
     return data is None and dataset == "toy"
 

@@ -36,6 +36,7 @@ from transformer.data.batching import (
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.run import recipes
 from transformer.run.allocator import keep_freed_memory
 from transformer.run.callbacks import (
     CheckpointSaver,
@@ -61,11 +62,6 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
-from transformer.run.recipes import (
-    SAMPLED_SEGMENTATIONS,
-    SAMPLING_FROM_PASS,
-    size_epochs_and_batches,
-)
 from transformer.training import (
     MaskedLoss,
     learning_rate_schedule,
@@ -135,14 +131,12 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        exports the translator (`export/`) when `transformer.translate` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state (its
-    step, hence the learning rate, and any moving average of the weights) and
-    the dropout seeds from the latest checkpoint, and continues in the epoch
-    and at the batch where that checkpoint was taken. The training pairs are
-    a fixed, seeded stream of shuffled passes, so the resumed run sees exactly
-    the batches and draws exactly the dropout masks of the uninterrupted run,
-    and ends with its weights. A resume without a usable checkpoint, on other
-    data or with a checkpoint of another model is refused (docs/design.md,
-    "Resuming a run").
+    step, hence the learning rate, and any moving average) and the dropout
+    seeds from the latest checkpoint, and continues at the batch where it was
+    taken: the training pairs are a fixed, seeded stream, so the run sees the
+    uninterrupted run's batches and dropout masks, and ends with its weights.
+    A resume without a usable checkpoint, on other data or with another
+    model's checkpoint is refused (docs/design.md, "Resuming a run").
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
@@ -334,8 +328,9 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
         valid_batches = batches_from_tokens(
             valid_tokens, config.batch_size, shuffle=False).with_options(_sharding_options())
     config = _sized(config, train_tokens)
-    if config.subword_sampling:
-        train_tokens = _sampled(config, corpus, tokenizers, train_tokens)
+    if config.subword_sampling:  # epochs and batches stay sized on the best split
+        train_tokens = sample_pairs(corpus.train, tokenizers, max_tokens, config.subword_sampling,
+                                    *recipes.subword_sampling_plan(config.seed), train_tokens)
     data = _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -436,9 +431,8 @@ def _fit_calls(step: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, 
     [(1, 2, 6, 14), (2, 3, 10, 20)]
     """
     epoch, offset = divmod(step, steps_per_epoch)
-    calls = []
+    calls = [(epoch, epoch + 1, steps_per_epoch - offset, step)] if offset else []
     if offset:
-        calls.append((epoch, epoch + 1, steps_per_epoch - offset, step))
         epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
     if epoch < epochs:
         calls.append((epoch, epochs, steps_per_epoch, step))
@@ -530,11 +524,10 @@ def _tokenizers(session: _Session, corpus: Corpus):
 
 
 def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
-    """The config with `epochs`, `batch_tokens` and `steps_per_epoch` resolved
-    from the corpus where they were None, in one new config: the recipe's rule
-    (`size_epochs_and_batches`) on the pairs' lengths, then the passes' batches."""
+    """The config with `epochs`, `batch_tokens` and `steps_per_epoch` sized where None:
+    `size_epochs_and_batches` on the pairs' lengths, then the first pass's batches."""
     lengths = train_tokens.lengths
-    sized = size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
+    sized = recipes.size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
     batch_tokens = sized.get("batch_tokens", config.batch_tokens)
     if config.steps_per_epoch is None:
         sized["steps_per_epoch"] = (
@@ -545,21 +538,6 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
                 f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
                 else f" of {config.batch_size} pairs")
     return config
-
-
-def _sampled(config: RunConfig, corpus: Corpus, tokenizers,
-             best: TokenizedPairs) -> TokenizedPairs:
-    """The training pairs in `SAMPLED_SEGMENTATIONS` random segmentations
-    (`--subword-sampling`); epochs and batches stay sized on the best one."""
-    started = time.perf_counter()
-    sampled = sample_pairs(corpus.train, tokenizers, best.max_tokens, config.subword_sampling,
-                           SAMPLED_SEGMENTATIONS, config.seed, SAMPLING_FROM_PASS, best)
-    growth = sampled.row_lengths[len(best):].mean() / best.lengths.mean()
-    logger.info("Drew %d segmentations of every training pair (alpha %g) in %.1f s, "
-                "%.2f times the best split's tokens, for the passes from pass %d on.",
-                SAMPLED_SEGMENTATIONS, config.subword_sampling,
-                time.perf_counter() - started, growth, SAMPLING_FROM_PASS + 1)
-    return sampled
 
 
 def _write_config(run_dir: Path, config: RunConfig, data: _Data) -> None:
