@@ -202,6 +202,7 @@ def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: floa
     """
     check_max_tokens(max_tokens)
     check_positive_int("variants", variants)
+    check_non_negative_int("from_pass", from_pass)
     if len(pairs) == 0:
         raise DataError("Cannot make batches from an empty list of sentence pairs.")
     started = time.perf_counter()
@@ -218,7 +219,6 @@ def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: floa
     logger.info("Drew %d segmentations of every training pair (alpha %g) in %.1f s, %.2f "
                 "tokens a pair, for the passes from pass %d on.", variants, alpha,
                 time.perf_counter() - started, sampled.row_lengths.mean(), from_pass + 1)
-    check_non_negative_int("from_pass", from_pass)
     if not from_pass:
         return sampled
     if best is None:
