@@ -161,6 +161,7 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
         CORPUS_MODEL_DEFAULTS,
         MAX_EPOCHS,
         MIN_EPOCHS,
+        SAMPLING_MIN_PASSES,
         TARGET_PAIRS_SEEN,
     )
 
@@ -176,3 +177,5 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     assert f"the paper's {CORPUS_DEFAULTS['warmup_steps']:,}-step warm-up" in text
     assert f"about {TARGET_PAIRS_SEEN:,} pairs, {MIN_EPOCHS} to {MAX_EPOCHS}" in text
     assert f"beam {CORPUS_DEFAULTS['eval_beam_size']} and alpha {DEFAULT_ALPHA}" in text
+    assert (f"on course for {SAMPLING_MIN_PASSES} passes or more" in text
+            and f"alpha {CORPUS_DEFAULTS['subword_sampling']}: subword regularisation" in text)

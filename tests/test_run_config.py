@@ -136,6 +136,17 @@ def test_configs_written_before_the_moving_average_keep_the_final_weights():
         RunConfig(data="a.tsv", output_dir="runs/x").for_resume(ema_momentum=0.99)
 
 
+def test_real_corpora_sample_subwords_with_a_unigram_vocabulary_only():
+    from transformer.run.config import RunConfig
+    from transformer.run.recipes import CORPUS_DEFAULTS
+
+    assert RunConfig(data="a.tsv").subword_sampling == CORPUS_DEFAULTS["subword_sampling"] > 0
+    assert RunConfig().subword_sampling == 0.0  # the toy corpus
+    assert RunConfig(data="a.tsv", subword_model="bpe").subword_sampling == 0.0
+    assert RunConfig(data="a.tsv", tokenizer="wordpiece").subword_sampling == 0.0
+    assert RunConfig(data="a.tsv", subword_sampling=0.0).subword_sampling == 0.0
+
+
 def test_configs_written_before_subword_sampling_train_on_the_best_split():
     from transformer.run.config import RunConfig
 

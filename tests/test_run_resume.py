@@ -108,38 +108,55 @@ def test_the_moving_average_resumes_exactly_and_is_not_the_final_weights(
     assert final.weights_sha256 != reference.weights_sha256
 
 
+def _counted(function, calls: list):
+    """`function`, appending its arguments to `calls` at every call."""
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+    return counted
+
+
 def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
         resume_tsv, tmp_path, monkeypatch, reference):
-    """With `--subword-sampling` on token-budget batches, an interrupted run reads
-    the same drawn segmentations again and ends with the uninterrupted weights,
-    which are not the weights of the same run on the best split. A run shorter
-    than `SAMPLING_FROM_PASS` passes never reads a draw."""
+    """With `--subword-sampling` on token-budget batches, a run on course for fewer
+    than `SAMPLING_MIN_PASSES` passes draws nothing and learns the best split's
+    weights. A longer one draws once, after its first pass, and learns other
+    weights; interrupted before or after that decision, it resumes to them."""
     from transformer import run
-    from transformer.run import recipes
+    from transformer.run import recipes, sampling
 
     def config(name, **changes):
         return resumed_config(resume_tsv, tmp_path / name,
                               **{"batch_tokens": None, "subword_sampling": 0.2, **changes})
 
+    def decision(name):
+        return json.loads((tmp_path / name / rundir.SAMPLING_FILE).read_text())["samples"]
+
+    draws = []
+    monkeypatch.setattr(sampling, "sample_pairs", _counted(sampling.sample_pairs, draws))
     best = run.train(config("best", subword_sampling=0.0), verbose=0, export=False)
-    assert recipes.SAMPLING_FROM_PASS > 3
+    assert recipes.SAMPLING_MIN_PASSES > 3
     short = run.train(config("short"), verbose=0, export=False)  # 3 passes
     assert short.weights_sha256 == best.weights_sha256
-    monkeypatch.setattr(recipes, "SAMPLING_FROM_PASS", 1)  # draws from the second pass
+    assert not draws and decision("short") is False
+    monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 3)
     whole = run.train(config("whole"), verbose=0, export=False)
     per_epoch = whole.config.steps_per_epoch
     assert whole.final_step == 3 * per_epoch
+    assert len(draws) == 1 and decision("whole") is True
     saved = json.loads((tmp_path / "whole" / rundir.CONFIG_FILE).read_text())
     assert saved["subword_sampling"] == 0.2
     assert best.weights_sha256 != whole.weights_sha256
-    interrupt_at(monkeypatch, per_epoch + 3)  # in epoch 2
-    with pytest.raises(Interrupted):
-        run.train(config("run"), verbose=0, export=False)
-    monkeypatch.undo()
-    monkeypatch.setattr(recipes, "SAMPLING_FROM_PASS", 1)
-    resumed = run.train(config("run"), resume=True, verbose=0, export=False)
-    assert 0 < resumed.initial_step <= per_epoch + 3
-    assert resumed.weights_sha256 == whole.weights_sha256
+    assert per_epoch > 6  # a checkpoint every 5 steps: one in the first epoch
+    for name, step in (("late", per_epoch + 3), ("early", 6)):  # after and before deciding
+        interrupt_at(monkeypatch, step)
+        with pytest.raises(Interrupted):
+            run.train(config(name), verbose=0, export=False)
+        monkeypatch.undo()
+        monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 3)
+        resumed = run.train(config(name), resume=True, verbose=0, export=False)
+        assert 0 < resumed.initial_step <= step
+        assert resumed.weights_sha256 == whole.weights_sha256, name
 
 
 def test_fixed_size_stream_is_the_same_however_often_it_is_built_or_iterated(resume_tsv):

@@ -9,6 +9,7 @@ the notebooks read it. Nothing else needs to know the file names::
       model.keras        the trained Transformer
       checkpoints/       training state for --resume (weights, optimizer, epoch)
       progress.json      the step of the latest checkpoint saved (kept out of checkpoints/)
+      sampling.json      whether the passes after the first read drawn segmentations
       metrics.csv        one row per epoch
       metrics.json       the final evaluation
       logs/              TensorBoard logs (keras.callbacks.TensorBoard: train/, validation/)
@@ -34,6 +35,7 @@ METRICS_JSON = "metrics.json"
 LOGS_DIR = "logs"
 EXPORT_DIR = "export"
 PROGRESS_FILE = "progress.json"
+SAMPLING_FILE = "sampling.json"
 # The suffix of files being written (`replace_atomically`).
 TMP_SUFFIX = ".tmp"
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import time
 from collections.abc import Sequence
 
@@ -480,12 +481,17 @@ def _gather_fixed_shape(context_rows, target_rows, lengths, batch_tokens, length
                    tf.stack([rows, width]), tf.stack([rows, width + 1]))
 
 
-def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0,
-                     length_step: int = 1) -> int:
-    """How many token-budget batches the first pass over the pairs makes."""
-    return len(token_budget_batches(
-        tokenized.lengths, batch_tokens, seed, 0, length_step=length_step
-    ))
+def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, batch_size: int = 0,
+                     seed: int = 0, length_step: int = 1) -> int:
+    """How many batches the first pass over the pairs' best split makes:
+    token-budget batches of at most `batch_tokens` tokens, as
+    `budget_batches_from_tokens` cuts them, or with `batch_tokens` 0 batches of
+    `batch_size` pairs, as `fixed_batches_from_tokens` does."""
+    if not batch_tokens:
+        check_positive_int("batch_size", batch_size)
+        return math.ceil(len(tokenized) / batch_size)
+    return len(token_budget_batches(tokenized.lengths, batch_tokens, seed, 0,
+                                    length_step=length_step))
 
 
 def make_batches(

@@ -30,6 +30,7 @@ from transformer.run.precision import PRECISIONS, default_precision, explain_def
 from transformer.run.recipes import (
     MAX_EPOCHS,
     SAMPLED_SEGMENTATIONS,
+    SAMPLING_MIN_PASSES,
     dataset_defaults,
     default_model,
 )
@@ -45,7 +46,7 @@ DEFAULT_RUNS_DIR = "runs"
 # `data_fingerprint`, what the run was trained on (older files: none, resumed
 # unchecked with a warning; `transformer.run.fingerprint`); version 8
 # `ema_momentum` (older files: no moving average); version 9
-# `subword_sampling` (older files: none, the field's default).
+# `subword_sampling` (older files: none).
 CONFIG_FORMAT_VERSION = 9
 
 # Fields that may change when a run is resumed; every other one is fixed by the
@@ -140,12 +141,16 @@ class RunConfig:
         None, "what sentencepiece learns: bpe makes every toy word one piece, unigram is "
         "SentencePiece's own default", section="data", kind="choice",
         choices=SENTENCEPIECE_MODEL_TYPES)
-    subword_sampling: float = setting(
-        0.0, "subword regularisation (Kudo, 2018): train on segmentations drawn at random "
-        "from the unigram model, sharpened by ALPHA (smaller draws odder splits; "
+    subword_sampling: float | None = setting(
+        None, "subword regularisation (Kudo, 2018): a run on course for at least "
+        f"{SAMPLING_MIN_PASSES} passes (its epochs, or its time budget over its first "
+        "pass's time) trains its later passes on segmentations drawn at random from the "
+        "unigram model, sharpened by ALPHA (smaller draws odder splits; "
         f"{SAMPLED_SEGMENTATIONS} draws of every pair, read in turn, one per pass); "
         "evaluation and translation keep the best split; 0 for none. Needs sentencepiece",
-        section="data", kind="rate", metavar="ALPHA")
+        section="data", kind="rate", metavar="ALPHA",
+        default_help="{corpus[subword_sampling]} with a sentencepiece unigram vocabulary on "
+        "real corpora; 0 for the toy corpus, bpe and wordpiece")
     lower_case: bool | None = setting(
         None, "lower-case text (and, for WordPiece, strip accents) before tokenizing",
         section="data", flag="", default_help="yes for wordpiece, no for sentencepiece")
@@ -268,6 +273,9 @@ class RunConfig:
             if getattr(self, name) is None:
                 if name == "shared_vocab":  # only SentencePiece learns one vocabulary
                     value = value and self.tokenizer == "sentencepiece"
+                if name == "subword_sampling" and (self.tokenizer, self.subword_model) != (
+                        "sentencepiece", "unigram"):
+                    value = 0.0  # only a unigram model draws from the split's probability
                 if (name == "ema_momentum" and isinstance(self.average_checkpoints, int)
                         and self.average_checkpoints > 1):
                     value = 0.0  # the averaging asked for replaces the default one
@@ -348,6 +356,9 @@ class RunConfig:
         if version < 8:
             # Written before the moving average of the weights.
             data = {"ema_momentum": 0.0, **data}
+        if version < 9:
+            # Written before subword regularisation.
+            data = {"subword_sampling": 0.0, **data}
         # Information written next to the settings (vocabulary sizes, ...).
         data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
         unknown = sorted(set(data) - known)

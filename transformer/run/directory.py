@@ -64,7 +64,7 @@ def prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> SavedRun | 
         return None
     ours = {
         rundir.TOKENIZERS_DIR, rundir.CHECKPOINTS_DIR, rundir.LOGS_DIR, rundir.METRICS_CSV,
-        rundir.PROGRESS_FILE,
+        rundir.PROGRESS_FILE, rundir.SAMPLING_FILE,
     }
     if chief and (has_config or all(name in ours or rundir.is_temporary(name) for name in files)):
         remove_leftovers(run_dir)  # only in a directory of ours

@@ -41,6 +41,8 @@ TOY_DEFAULTS = {
     "eval_beam_size": 1,
     # The final weights: the toy grammar is learnt exactly.
     "ema_momentum": 0.0,
+    # The best segmentation of every pair: the toy words are one piece each.
+    "subword_sampling": 0.0,
 }
 
 CORPUS_DEFAULTS = {
@@ -67,6 +69,9 @@ CORPUS_DEFAULTS = {
     # final weights in the same time, though keeping it costs some updates
     # (docs/design.md, "Math"; BENCHMARKS.md).
     "ema_momentum": 0.999,
+    # Random segmentations of the pairs (Kudo, 2018) in runs long enough to overfit
+    # (SAMPLING_MIN_PASSES); shorter runs stay as they are. Unigram vocabularies only.
+    "subword_sampling": 0.5,
 }
 # Not in CORPUS_DEFAULTS: `epochs` and `batch_tokens`, sized from the corpus
 # (`size_epochs_and_batches`), and averaging, off for every dataset
@@ -94,18 +99,27 @@ CORPUS_MODEL_DEFAULTS = {
 TARGET_PAIRS_SEEN = 180_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 20
 
-# With --subword-sampling: the first SAMPLING_FROM_PASS passes over the training
-# pairs read their best split, and then each pass reads the next of
-# SAMPLED_SEGMENTATIONS random segmentations of every pair, drawn before
-# training, in turn. Constants, not functions of the run's epochs, so that a run
-# resumed with more epochs reads the same stream.
+# With --subword-sampling, a run that is on course for at least
+# SAMPLING_MIN_PASSES passes over the training pairs reads, from its second pass
+# on, the next of SAMPLED_SEGMENTATIONS random segmentations of every pair in
+# turn; a shorter run reads the best split throughout. A regulariser pays only
+# once the model overfits the pairs, and how many passes a run makes is what
+# brings that about, on any corpus and CPU. `transformer.run.sampling` decides
+# at the end of the first pass, from the run's epochs or, with a time budget,
+# from the time that pass took, and records the decision for a resume.
 SAMPLED_SEGMENTATIONS = 8
-SAMPLING_FROM_PASS = 8
+SAMPLING_MIN_PASSES = 12
 
 
-def subword_sampling_plan(seed: int) -> tuple[int, int, int]:
-    """`sample_pairs`' `variants`, `seed` and `from_pass` for a run of `seed`."""
-    return SAMPLED_SEGMENTATIONS, seed, SAMPLING_FROM_PASS
+def subword_sampling_plan(alpha: float, seed: int) -> tuple[float, int, int, int]:
+    """`sample_pairs`' `alpha`, `variants`, `seed` and `from_pass` for a run of
+    `seed` with `--subword-sampling alpha` that samples."""
+    return alpha, SAMPLED_SEGMENTATIONS, seed, 1
+
+
+def samples_subwords(expected_passes: float) -> bool:
+    """Whether a run on course for `expected_passes` passes reads drawn segmentations."""
+    return expected_passes >= SAMPLING_MIN_PASSES
 
 
 def _is_toy(dataset: str, data) -> bool:

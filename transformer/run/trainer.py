@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import hashlib
 import logging
-import math
 import shutil
 import sys
 import tempfile
@@ -30,7 +29,6 @@ from transformer.data.batching import (
     batches_per_pass,
     budget_batches_from_tokens,
     fixed_batches_from_tokens,
-    sample_pairs,
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
@@ -62,6 +60,7 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
+from transformer.run.sampling import training_pairs
 from transformer.training import (
     MaskedLoss,
     learning_rate_schedule,
@@ -328,9 +327,6 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
         valid_batches = batches_from_tokens(
             valid_tokens, config.batch_size, shuffle=False).with_options(_sharding_options())
     config = _sized(config, train_tokens)
-    if config.subword_sampling:  # epochs and batches stay sized on the best split
-        train_tokens = sample_pairs(corpus.train, tokenizers, max_tokens, config.subword_sampling,
-                                    *recipes.subword_sampling_plan(config.seed), train_tokens)
     data = _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -410,9 +406,10 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
                     session.run_dir, format_seconds(config.time_budget), step)
     else:
         for first_epoch, last_epoch, steps, start_step in _fit_calls(
-                step, steps_per_epoch, config.epochs):
+                step, steps_per_epoch, config.epochs, bool(config.subword_sampling)):
             if clock.exhausted:
                 break
+            data.train_tokens = training_pairs(config, data, start_step, clock, session.write_dir)
             fitter.fit(first_epoch, last_epoch, steps, start_step)
     final_step = optimizer_step(state.model.optimizer)
     if final_step > state.initial_step:
@@ -421,18 +418,22 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
     return fitter.history, final_step
 
 
-def _fit_calls(step: int, steps_per_epoch: int, epochs: int) -> list[tuple[int, int, int, int]]:
+def _fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -> list:
     """The `fit` calls from `step` on, as `(first_epoch, last_epoch, steps, start_step)`:
-    the rest of an interrupted epoch first, then the remaining epochs.
+    the rest of an interrupted epoch (or with `first_alone`, of the first) first,
+    then the remaining epochs.
 
     >>> _fit_calls(0, 10, 3)
     [(0, 3, 10, 0)]
     >>> _fit_calls(14, 10, 3)
     [(1, 2, 6, 14), (2, 3, 10, 20)]
+    >>> _fit_calls(0, 10, 3, first_alone=True)
+    [(0, 1, 10, 0), (1, 3, 10, 10)]
     """
     epoch, offset = divmod(step, steps_per_epoch)
-    calls = [(epoch, epoch + 1, steps_per_epoch - offset, step)] if offset else []
-    if offset:
+    calls = []
+    if offset or (first_alone and epoch == 0):
+        calls.append((epoch, epoch + 1, steps_per_epoch - offset, step))
         epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
     if epoch < epochs:
         calls.append((epoch, epochs, steps_per_epoch, step))
@@ -530,9 +531,8 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
     sized = recipes.size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
     batch_tokens = sized.get("batch_tokens", config.batch_tokens)
     if config.steps_per_epoch is None:
-        sized["steps_per_epoch"] = (
-            batches_per_pass(train_tokens, batch_tokens, config.seed) if batch_tokens
-            else math.ceil(len(lengths) / config.batch_size))
+        sized["steps_per_epoch"] = batches_per_pass(train_tokens, batch_tokens,
+                                                    config.batch_size, config.seed)
     config = dataclasses.replace(config, **sized)
     logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
                 f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
