@@ -155,7 +155,8 @@ def main(argv=None) -> int:
                         help="more train.py options, e.g. '--precision mixed_bfloat16'")
     parser.add_argument("--tag", default="", help="suffix of the run directories' names")
     parser.add_argument("--label", default=None,
-                        help="the runs' name in the plot (default: from --train-args)")
+                        help="the runs' name in the plot (default: from --train-args); with "
+                        "--from-json, the name of one line that all the files make")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "budget_curve.json")
     parser.add_argument("--plot", type=Path, default=None, help="PNG to write")
     parser.add_argument("--machine", default=None,
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
         recorded = [json.loads(path.read_text(encoding="utf-8")) for path in args.from_json]
         series = {}  # files with the same label (budgets run apart) make one line
         for result in recorded:
-            label = result.get("label") or _label(result.get("train_args", ""))
+            label = args.label or result.get("label") or _label(result.get("train_args", ""))
             series.setdefault(label, []).extend(result["runs"])
         series = list(series.items())
         plot(series, peers, args.plot or BENCH / "results" / "budget_curve.png", args.machine)
