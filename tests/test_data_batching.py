@@ -291,6 +291,8 @@ def test_budget_stream_is_pass_after_pass_of_exactly_the_planned_pairs(tokenized
     ]
     first_pass = batches_per_pass(tokenized, budget, seed=seed, length_step=length_step)
     assert 0 < first_pass < len(plan)
+    assert batches_per_pass(tokenized, budget, seed=seed, pass_index=1,
+                            length_step=length_step) == len(plan) - first_pass
     assert not all(
         np.array_equal(a, b) for a, b in zip(plan[:first_pass], plan[first_pass:], strict=False)
     )
@@ -406,7 +408,8 @@ def test_each_pass_reads_its_variant(corpus, sp_tokenizers, budget, from_pass):
         assert per_pass[0] == batches_per_pass(sampled, budget, seed=2)
     else:
         stream = fixed_batches_from_tokens(sampled, batch_size=16, seed=2)
-        per_pass = [batches_per_pass(sampled, 0, batch_size=16)] * passes  # 4 of 16 or fewer
+        per_pass = [4] * passes  # of 16 pairs or fewer
+        assert batches_per_pass(sampled, 0, batch_size=16, pass_index=3) == 4
     split = [sorted(tuple(r) for r in sampled.context[o:o + 60].to_list()) for o in (0, 60)]
     assert split[0] != split[1]
     batches = iter(stream)

@@ -51,6 +51,8 @@ def test_run_config_round_trip_and_defaults():
         ({"data": "a.tsv", "subword_sampling": 1.0}, "subword_sampling"),
         ({"data": "a.tsv", "tokenizer": "wordpiece", "subword_sampling": 0.5},
          "only SentencePiece draws"),
+        ({"data": "a.tsv", "subword_model": "bpe", "subword_sampling": 0.5},
+         "expected subword_model='unigram'"),
     ],
 )
 def test_run_config_rejects_bad_values(kwargs, match):

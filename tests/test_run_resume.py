@@ -122,6 +122,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     than `SAMPLING_MIN_PASSES` passes draws nothing and learns the best split's
     weights. A longer one draws once, after its first pass, and learns other
     weights; interrupted before or after that decision, it resumes to them."""
+    # The first epoch is as long as the first pass: the draws are read from pass 2.
     from transformer import run
     from transformer.run import recipes, sampling
 
@@ -138,7 +139,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     assert recipes.SAMPLING_MIN_PASSES > 3
     short = run.train(config("short"), verbose=0, export=False)  # 3 passes
     assert short.weights_sha256 == best.weights_sha256
-    assert not draws and decision("short") is False
+    assert not draws and not (tmp_path / "short" / rundir.SAMPLING_FILE).exists()  # undecided
     monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 3)
     whole = run.train(config("whole"), verbose=0, export=False)
     per_epoch = whole.config.steps_per_epoch
@@ -148,12 +149,14 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     assert saved["subword_sampling"] == 0.2
     assert best.weights_sha256 != whole.weights_sha256
     assert per_epoch > 6  # a checkpoint every 5 steps: one in the first epoch
-    for name, step in (("late", per_epoch + 3), ("early", 6)):  # after and before deciding
+    # Interrupted after the decision, the resume reads it (another rule would not
+    # sample); interrupted before it, the resume decides.
+    for name, step, rule in (("late", per_epoch + 3, 100), ("early", 6, 3)):
         interrupt_at(monkeypatch, step)
         with pytest.raises(Interrupted):
             run.train(config(name), verbose=0, export=False)
         monkeypatch.undo()
-        monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 3)
+        monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", rule)
         resumed = run.train(config(name), resume=True, verbose=0, export=False)
         assert 0 < resumed.initial_step <= step
         assert resumed.weights_sha256 == whole.weights_sha256, name

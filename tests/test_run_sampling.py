@@ -13,11 +13,21 @@ import pytest
 from transformer import rundir
 from transformer.run import recipes, sampling
 from transformer.run.config import RunConfig
+from transformer.run.directory import record_legacy_sampling
+
+
+class _Pairs:
+    """Stands for the best split's `TokenizedPairs`: 3,200 pairs, one variant."""
+
+    variants = 1
+
+    def __len__(self):
+        return 3200
 
 
 def _config(**changes):
-    settings = {"data": "a.tsv", "epochs": 20, "steps_per_epoch": 100, "subword_sampling": 0.5,
-                **changes}
+    settings = {"data": "a.tsv", "epochs": 20, "steps_per_epoch": 100, "batch_tokens": 0,
+                "batch_size": 32, **changes}  # 100 batches a pass
     return RunConfig(**settings)
 
 
@@ -25,25 +35,39 @@ def _clock(seconds):
     return types.SimpleNamespace(seconds=types.SimpleNamespace(numpy=lambda: seconds))
 
 
+def _session(tmp_path, **changes):
+    return types.SimpleNamespace(config=_config(**changes), run_dir=tmp_path, write_dir=tmp_path)
+
+
+def _record(tmp_path):
+    return json.loads((tmp_path / rundir.SAMPLING_FILE).read_text())
+
+
 def test_expected_passes_are_the_epochs_or_what_the_budget_allows():
-    assert sampling.expected_passes(_config(), 100, 60.0) == 20.0
+    best = _Pairs()
+    assert sampling.expected_passes(_config(), best, 100, 60.0) == 20.0
     budget = _config(time_budget=900.0)
-    assert sampling.expected_passes(budget, 100, 60.0) == pytest.approx(15.0)
-    assert sampling.expected_passes(budget, 200, 600.0) == pytest.approx(3.0)
-    assert sampling.expected_passes(budget, 100, 10.0) == 20.0  # never past the epochs
+    assert sampling.expected_passes(budget, best, 100, 60.0) == pytest.approx(15.0)
+    assert sampling.expected_passes(budget, best, 200, 600.0) == pytest.approx(3.0)
+    assert sampling.expected_passes(budget, best, 100, 10.0) == 20.0  # never past the epochs
+    # Epochs of two passes each: passes, not epochs, count.
+    assert sampling.expected_passes(_config(steps_per_epoch=200), best, 200, 1.0) == 40.0
+    # Workers keep their own clocks: with a budget they cannot agree, so none samples.
     workers = _config(time_budget=900.0, strategy="multi-worker")
-    assert sampling.expected_passes(workers, 100, 600.0) == 20.0  # one decision for all
+    assert sampling.expected_passes(workers, best, 100, 60.0) == 0.0
 
 
-def test_the_threshold_is_in_passes():
-    assert recipes.samples_subwords(recipes.SAMPLING_MIN_PASSES)
-    assert not recipes.samples_subwords(recipes.SAMPLING_MIN_PASSES - 0.5)
+def test_only_a_run_long_enough_splits_off_its_first_epoch():
+    best = _Pairs()
+    assert sampling.may_sample(_config(subword_sampling=0.5), best)
+    few = recipes.SAMPLING_MIN_PASSES - 1
+    assert not sampling.may_sample(_config(subword_sampling=0.5, epochs=few), best)
+    assert not sampling.may_sample(_config(subword_sampling=0.0), best)
 
 
 @pytest.fixture
 def data():
-    best = types.SimpleNamespace(variants=1)
-    return types.SimpleNamespace(train_tokens=best, corpus=types.SimpleNamespace(train=["pair"]),
+    return types.SimpleNamespace(train_tokens=_Pairs(), corpus=types.SimpleNamespace(train=["p"]),
                                  tokenizers="tokenizers")
 
 
@@ -59,40 +83,62 @@ def drawn(monkeypatch):
     return calls
 
 
-def test_a_budget_run_decides_after_its_first_pass_and_records_it(tmp_path, data, drawn):
-    config = _config(time_budget=900.0, seed=3)
-    first = sampling.training_pairs(config, data, 0, _clock(0.0), tmp_path)
-    assert first is data.train_tokens and not drawn  # the first pass reads the best split
+def test_a_budget_run_decides_after_its_first_epoch_and_records_it(tmp_path, data, drawn):
+    session = _session(tmp_path, time_budget=900.0, seed=3, subword_sampling=0.5)
+    first = sampling.training_pairs(session, data, 0, _clock(0.0))
+    assert first is data.train_tokens and not drawn  # the first epoch reads the best split
     assert not (tmp_path / rundir.SAMPLING_FILE).exists()
-    pairs = sampling.training_pairs(config, data, 100, _clock(60.0), tmp_path)  # 15 passes
+    pairs = sampling.training_pairs(session, data, 100, _clock(60.0))  # on course for 15
     assert drawn == [(0.5, recipes.SAMPLED_SEGMENTATIONS, 3, 1)]
     assert pairs.best is data.train_tokens
-    record = json.loads((tmp_path / rundir.SAMPLING_FILE).read_text())
-    assert record == {"samples": True, "expected_passes": 15.0, "decided_at_step": 100}
+    assert _record(tmp_path) == {"samples": True, "expected_passes": 15.0,
+                                 "decided_at_step": 100, "from_pass": 1}
     data.train_tokens = pairs  # already drawn: kept, not drawn again
-    assert sampling.training_pairs(config, data, 500, _clock(300.0), tmp_path) is pairs
+    assert sampling.training_pairs(session, data, 500, _clock(300.0)) is pairs
     assert len(drawn) == 1
 
 
-def test_a_short_budget_run_keeps_the_best_split_and_so_does_its_resume(tmp_path, data, drawn):
-    config = _config(time_budget=300.0)
-    assert sampling.training_pairs(config, data, 100, _clock(60.0), tmp_path) is data.train_tokens
-    record = json.loads((tmp_path / rundir.SAMPLING_FILE).read_text())
+def test_a_run_decided_late_samples_from_the_next_whole_pass(tmp_path, data, drawn):
+    """Resumed past its first epoch without a record (a crash before it was
+    written), a run keeps the best split for the passes it has begun."""
+    sampling.training_pairs(_session(tmp_path, subword_sampling=0.5), data, 250, _clock(1.0))
+    assert drawn[0][3] == 3 and _record(tmp_path)["from_pass"] == 3
+
+
+def test_a_short_budget_run_keeps_the_best_split_and_so_does_its_resume(tmp_path, data, drawn,
+                                                                         monkeypatch):
+    session = _session(tmp_path, time_budget=300.0, subword_sampling=0.5)
+    assert sampling.training_pairs(session, data, 100, _clock(60.0)) is data.train_tokens
+    record = _record(tmp_path)
     assert record["samples"] is False and record["expected_passes"] == 5.0
-    # Resumed later, faster: the recorded decision stands.
-    assert sampling.training_pairs(config, data, 400, _clock(1.0), tmp_path) is data.train_tokens
+    # Resumed later with a larger budget, or another rule: the record stands.
+    monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 2)
+    longer = _session(tmp_path, time_budget=3000.0, subword_sampling=0.5)
+    assert sampling.training_pairs(longer, data, 400, _clock(1.0)) is data.train_tokens
     assert not drawn
 
 
 def test_without_sampling_nothing_is_decided(tmp_path, data, drawn):
-    config = _config(subword_sampling=0.0)
-    assert sampling.training_pairs(config, data, 100, _clock(1.0), tmp_path) is data.train_tokens
+    session = _session(tmp_path, subword_sampling=0.0)
+    assert sampling.training_pairs(session, data, 100, _clock(1.0)) is data.train_tokens
     assert not drawn and not (tmp_path / rundir.SAMPLING_FILE).exists()
 
 
-@pytest.mark.parametrize("text", ['{"samples": "yes"}', "[1]", "{"])
+@pytest.mark.parametrize("text", ['{"samples": "yes"}', "[1]", "{", '{"samples": true}',
+                                  '{"samples": true, "from_pass": 0}', b"\xff\xfe"])
 def test_a_damaged_record_is_refused_naming_the_file(tmp_path, data, drawn, text):
-    (tmp_path / rundir.SAMPLING_FILE).write_text(text)
+    path = tmp_path / rundir.SAMPLING_FILE
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(rundir.RunDirError, match=rundir.SAMPLING_FILE):
-        sampling.training_pairs(_config(), data, 100, _clock(1.0), tmp_path)
+        sampling.training_pairs(_session(tmp_path, subword_sampling=0.5), data, 100, _clock(1.0))
     assert not drawn
+
+
+def test_a_run_of_format_9_keeps_its_draws_from_pass_9(tmp_path):
+    record_legacy_sampling(tmp_path, {"format_version": 9, "subword_sampling": 0.0})
+    assert not (tmp_path / rundir.SAMPLING_FILE).exists()
+    record_legacy_sampling(tmp_path, {"format_version": 9, "subword_sampling": 0.5})
+    assert _record(tmp_path) == {"samples": True, "from_pass": 8, "decided_at_step": 0}
+    (tmp_path / rundir.SAMPLING_FILE).unlink()
+    record_legacy_sampling(tmp_path, {"format_version": 10, "subword_sampling": 0.5})
+    assert not (tmp_path / rundir.SAMPLING_FILE).exists()

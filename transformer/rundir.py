@@ -135,5 +135,7 @@ def read_json(path) -> dict[str, Any]:
             return json.load(f)
     except FileNotFoundError as err:
         raise RunDirError(f"{str(path)!r} does not exist.") from err
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RunDirError(f"{str(path)!r} is not valid JSON: {err}") from err
+    except OSError as err:
+        raise RunDirError(f"Cannot read {str(path)!r}: {err}") from err

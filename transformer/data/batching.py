@@ -481,16 +481,16 @@ def _gather_fixed_shape(context_rows, target_rows, lengths, batch_tokens, length
                    tf.stack([rows, width]), tf.stack([rows, width + 1]))
 
 
-def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, batch_size: int = 0,
-                     seed: int = 0, length_step: int = 1) -> int:
-    """How many batches the first pass over the pairs' best split makes:
+def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, *, batch_size: int = 0,
+                     seed: int = 0, pass_index: int = 0, length_step: int = 1) -> int:
+    """How many batches pass `pass_index` over the pairs' best split makes:
     token-budget batches of at most `batch_tokens` tokens, as
     `budget_batches_from_tokens` cuts them, or with `batch_tokens` 0 batches of
     `batch_size` pairs, as `fixed_batches_from_tokens` does."""
     if not batch_tokens:
         check_positive_int("batch_size", batch_size)
         return math.ceil(len(tokenized) / batch_size)
-    return len(token_budget_batches(tokenized.lengths, batch_tokens, seed, 0,
+    return len(token_budget_batches(tokenized.lengths, batch_tokens, seed, pass_index,
                                     length_step=length_step))
 
 

@@ -46,8 +46,11 @@ DEFAULT_RUNS_DIR = "runs"
 # `data_fingerprint`, what the run was trained on (older files: none, resumed
 # unchecked with a warning; `transformer.run.fingerprint`); version 8
 # `ema_momentum` (older files: no moving average); version 9
-# `subword_sampling` (older files: none).
-CONFIG_FORMAT_VERSION = 9
+# `subword_sampling` (older files: none); version 10 decides it after the
+# first epoch and records the decision in the run directory (a version-9 run
+# with it read drawn segmentations from pass 9 on:
+# `transformer.run.directory.record_legacy_sampling`).
+CONFIG_FORMAT_VERSION = 10
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -269,13 +272,15 @@ class RunConfig:
         "GPUs", section="scale", kind="positive_int", metavar="N", default_help="1")
 
     def __post_init__(self):
-        for name, value in dataset_defaults(self.dataset, self.data).items():
+        defaults = dataset_defaults(self.dataset, self.data)
+        unigram = (self.tokenizer or defaults["tokenizer"],
+                   self.subword_model or defaults["subword_model"]) == ("sentencepiece", "unigram")
+        if self.subword_sampling is None and not unigram:
+            self.subword_sampling = 0.0  # only a unigram model draws by the splits' probability
+        for name, value in defaults.items():
             if getattr(self, name) is None:
                 if name == "shared_vocab":  # only SentencePiece learns one vocabulary
                     value = value and self.tokenizer == "sentencepiece"
-                if name == "subword_sampling" and (self.tokenizer, self.subword_model) != (
-                        "sentencepiece", "unigram"):
-                    value = 0.0  # only a unigram model draws from the split's probability
                 if (name == "ema_momentum" and isinstance(self.average_checkpoints, int)
                         and self.average_checkpoints > 1):
                     value = 0.0  # the averaging asked for replaces the default one
@@ -466,6 +471,13 @@ def _check_choices(config: RunConfig) -> None:
             "Received `subword_sampling` > 0 with the wordpiece tokenizer, expected "
             "tokenizer='sentencepiece': only SentencePiece draws segmentations. Received: "
             f"subword_sampling={config.subword_sampling}"
+        )
+    if config.subword_sampling and config.subword_model != "unigram":
+        raise ValueError(
+            "Received `subword_sampling` > 0 with subword_model='bpe', expected "
+            "subword_model='unigram': a unigram model draws segmentations by their "
+            "probability, sharpened by alpha (for BPE, SentencePiece reads alpha as a "
+            f"dropout rate instead). Received: subword_sampling={config.subword_sampling}"
         )
     if config.shared_vocab and config.tokenizer != "sentencepiece":
         raise ValueError(

@@ -73,6 +73,8 @@ def prepare_run_dir(config: RunConfig, resume: bool, chief: bool) -> SavedRun | 
         path = run_dir / rundir.CONFIG_FILE
         record = rundir.read_json(path)
         saved = RunConfig.from_record(record, path)
+        if chief:
+            record_legacy_sampling(run_dir, record)
         return SavedRun(saved.resumed_with(config), record.get(FINGERPRINT_KEY))
     strangers = [name for name in files if name not in ours]
     if strangers:
@@ -210,3 +212,12 @@ def truncate_metrics_csv(path: Path, first_epoch: int) -> None:
             kept.append(line)
     if len(kept) != len(lines):
         rundir.write_text_atomic(path, "".join(kept))
+
+
+def record_legacy_sampling(run_dir: Path, record: dict) -> None:
+    """Writes the subword sampling record (`transformer.run.sampling`) of a run
+    whose config.json `record` is of format 9, which predates it: with
+    sampling, that run's passes read drawn segmentations from pass 9 on."""
+    path = run_dir / rundir.SAMPLING_FILE
+    if record.get("format_version") == 9 and record.get("subword_sampling") and not path.exists():
+        rundir.write_json_atomic(path, {"samples": True, "from_pass": 8, "decided_at_step": 0})

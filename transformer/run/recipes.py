@@ -111,12 +111,6 @@ SAMPLED_SEGMENTATIONS = 8
 SAMPLING_MIN_PASSES = 12
 
 
-def subword_sampling_plan(alpha: float, seed: int) -> tuple[float, int, int, int]:
-    """`sample_pairs`' `alpha`, `variants`, `seed` and `from_pass` for a run of
-    `seed` with `--subword-sampling alpha` that samples."""
-    return alpha, SAMPLED_SEGMENTATIONS, seed, 1
-
-
 def samples_subwords(expected_passes: float) -> bool:
     """Whether a run on course for `expected_passes` passes reads drawn segmentations."""
     return expected_passes >= SAMPLING_MIN_PASSES

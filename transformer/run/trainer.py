@@ -60,7 +60,7 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.multiworker import multi_worker_fit_workaround
-from transformer.run.sampling import training_pairs
+from transformer.run.sampling import may_sample, training_pairs
 from transformer.training import (
     MaskedLoss,
     learning_rate_schedule,
@@ -406,10 +406,10 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
                     session.run_dir, format_seconds(config.time_budget), step)
     else:
         for first_epoch, last_epoch, steps, start_step in _fit_calls(
-                step, steps_per_epoch, config.epochs, bool(config.subword_sampling)):
+                step, steps_per_epoch, config.epochs, may_sample(config, data.train_tokens)):
             if clock.exhausted:
                 break
-            data.train_tokens = training_pairs(config, data, start_step, clock, session.write_dir)
+            data.train_tokens = training_pairs(session, data, start_step, clock)
             fitter.fit(first_epoch, last_epoch, steps, start_step)
     final_step = optimizer_step(state.model.optimizer)
     if final_step > state.initial_step:
@@ -531,8 +531,8 @@ def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
     sized = recipes.size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
     batch_tokens = sized.get("batch_tokens", config.batch_tokens)
     if config.steps_per_epoch is None:
-        sized["steps_per_epoch"] = batches_per_pass(train_tokens, batch_tokens,
-                                                    config.batch_size, config.seed)
+        sized["steps_per_epoch"] = batches_per_pass(
+            train_tokens, batch_tokens, batch_size=config.batch_size, seed=config.seed)
     config = dataclasses.replace(config, **sized)
     logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
                 f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
