@@ -112,4 +112,3 @@ def training_pairs(session, data, start_step: int, clock) -> TokenizedPairs:
     return sample_pairs(data.corpus.train, data.tokenizers, config.resolved_max_tokens,
                         config.subword_sampling, recipes.SAMPLED_SEGMENTATIONS, config.seed,
                         decision["from_pass"], best=best)
-
