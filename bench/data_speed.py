@@ -118,7 +118,7 @@ def bench_vocab(name, pairs, vocab_size, reference: bool, rows):
     n_words = [
         len({w for s in side for w in s.lower().split()}) for side in zip(*pairs, strict=True)
     ]
-    tokenizers, seconds = timed(build_tokenizers, pairs, vocab_size)
+    tokenizers, seconds = timed(build_tokenizers, pairs, vocab_size, kind="wordpiece")
     sizes = (int(tokenizers.source.get_vocab_size()), int(tokenizers.target.get_vocab_size()))
     row = {
         "corpus": name,

@@ -216,7 +216,7 @@ def main(argv=None):
 
     corpus = load_corpus(data=args.data, valid=args.valid, test=args.test, seed=args.seed)
     t0 = time.perf_counter()
-    tokenizers = build_tokenizers(corpus.train, args.vocab_size)
+    tokenizers = build_tokenizers(corpus.train, args.vocab_size, kind="wordpiece")
     tokenizer_seconds = time.perf_counter() - t0
     src_vocab = int(tokenizers.source.get_vocab_size())
     tgt_vocab = int(tokenizers.target.get_vocab_size())

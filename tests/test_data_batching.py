@@ -31,7 +31,7 @@ def corpus():
 
 @pytest.fixture(scope="module")
 def tokenizers(corpus):
-    return build_tokenizers(corpus.train)
+    return build_tokenizers(corpus.train, kind="wordpiece")
 
 
 @pytest.fixture(scope="module")

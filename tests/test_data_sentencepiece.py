@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -14,7 +15,14 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+from transformer.constants import (
+    DEFAULT_TOKENIZER,
+    END_ID,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START_ID,
+    UNK_ID,
+)
 from transformer.data.corpus import DataError
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
@@ -99,7 +107,15 @@ def tokenizers(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shared():
-    return build_tokenizers(PAIRS, VOCAB_SIZE, kind="sentencepiece", shared=True)
+    return build_tokenizers(PAIRS, VOCAB_SIZE, shared=True)  # SentencePiece: the default kind
+
+
+def test_sentencepiece_is_the_default_of_build_tokenizers_and_of_every_recipe(shared):
+    from transformer.run.recipes import CORPUS_DEFAULTS, TOY_DEFAULTS
+
+    assert tokenizer_kind(shared.source) == "sentencepiece"  # built without `kind`
+    assert inspect.signature(build_tokenizers).parameters["kind"].default == DEFAULT_TOKENIZER
+    assert TOY_DEFAULTS["tokenizer"] == CORPUS_DEFAULTS["tokenizer"] == DEFAULT_TOKENIZER
 
 
 def test_reserved_tokens_have_the_pinned_ids(tokenizers):
@@ -280,7 +296,7 @@ def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="model_type"):
         learn_sentencepiece_model(["a b"], model_type="wordpiece")
     with pytest.raises(ValueError, match="shared=True.*sentencepiece"):
-        build_tokenizers(PAIRS, shared=True)
+        build_tokenizers(PAIRS, shared=True, kind="wordpiece")
     with pytest.raises(ValueError, match="kind must be one of"):
         build_tokenizers(PAIRS, kind="bytes")
     (tmp_path / "bad.model").write_bytes(b"not a model")
@@ -290,7 +306,8 @@ def test_clear_errors(tmp_path):
 
 
 def test_tokenizers_saved_before_sentencepiece_still_load():
-    # Written by the WordPiece-only code (a toy Portuguese -> English run).
+    # Written by the WordPiece-only code (a toy Portuguese -> English run), when
+    # the class was named `SubwordTokenizer`: a SavedModel names no Python class.
     tokenizers = load_tokenizers(ROOT / "tests" / "fixtures" / "run_v1" / "tokenizers")
     assert tokenizer_kind(tokenizers.source) == "wordpiece"
     ids = tokenizers.target.tokenize(tf.constant(["the black cat"]))

@@ -21,7 +21,7 @@ from transformer.data.sentencepiece import (
     learn_sentencepiece_model,
     write_sentencepiece_files,
 )
-from transformer.data.tokenizers import SubwordTokenizer
+from transformer.data.wordpiece import WordPieceTokenizer
 
 WORDS = ["o", "gato", "preto", "come", "bolo", "the", "cat", "black", "eats", "cake"]
 SENTENCES = ["o gato preto come o bolo", "the black cat eats the cake"] * 20
@@ -51,7 +51,7 @@ def _traced_methods(cls):
     }
 
 
-@pytest.mark.parametrize("cls", [SubwordTokenizer, SentencePieceTokenizer])
+@pytest.mark.parametrize("cls", [WordPieceTokenizer, SentencePieceTokenizer])
 def test_no_traced_tokenizer_method_is_autograph_converted(cls):
     methods = _traced_methods(cls)
     # tokenize, detokenize, lookup, get_vocab_size, get_vocab_path,
@@ -61,7 +61,7 @@ def test_no_traced_tokenizer_method_is_autograph_converted(cls):
     assert not converted, f"{cls.__name__} traces {converted} with autograph"
 
 
-@pytest.mark.parametrize("cls", [SubwordTokenizer, SentencePieceTokenizer])
+@pytest.mark.parametrize("cls", [WordPieceTokenizer, SentencePieceTokenizer])
 def test_method_bodies_run_with_the_instance_and_autograph_off(cls, vocab_files):
     """Traced in `__init__`, `detokenize` and `lookup` call `self._valid_ids`:
     with the real instance as `self`, and not inside autograph's converted call."""

@@ -1,4 +1,4 @@
-"""Tests of transformer.data.tokenizers: WordPiece tokenizers, save and reload."""
+"""Tests of transformer.data.tokenizers with WordPiece tokenizers: build, save and reload."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def corpus():
 
 @pytest.fixture(scope="module")
 def tokenizers(corpus):
-    return build_tokenizers(corpus.train, vocab_size=8000)
+    return build_tokenizers(corpus.train, vocab_size=8000, kind="wordpiece")
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_detokenize_drops_reserved_tokens_and_stops_at_end(tokenizers):
 
 
 def test_same_corpus_same_vocabulary(corpus, tokenizers):
-    again = build_tokenizers(corpus.train, vocab_size=8000)
+    again = build_tokenizers(corpus.train, vocab_size=8000, kind="wordpiece")
     for a, b in ((again.source, tokenizers.source), (again.target, tokenizers.target)):
         assert (
             Path(a.get_vocab_path().numpy().decode()).read_text()
@@ -179,7 +179,7 @@ def test_same_corpus_same_vocabulary(corpus, tokenizers):
 
 
 def test_vocab_size_limits_the_vocabulary(corpus):
-    small = build_tokenizers(corpus.train[:500], vocab_size=60)
+    small = build_tokenizers(corpus.train[:500], vocab_size=60, kind="wordpiece")
     assert int(small.source.get_vocab_size()) <= 60
     assert int(small.target.get_vocab_size()) <= 60
     # Still no unknowns: words split into characters.
@@ -268,9 +268,9 @@ def test_bad_arguments(corpus, tmp_path):
     with pytest.raises(ValueError, match="`vocab_size`.*Received: vocab_size=4"):
         build_tokenizers(corpus.train[:10], vocab_size=4)
     with pytest.raises(DataError, match="empty list"):
-        build_tokenizers([])
+        build_tokenizers([], kind="wordpiece")
     with pytest.raises(DataError, match="no words"):
-        build_tokenizers([("   ", " ")])
+        build_tokenizers([("   ", " ")], kind="wordpiece")
     with pytest.raises(DataError, match="is not a directory"):
         load_tokenizers(tmp_path / "nowhere")
     with pytest.raises(DataError, match="saved_model.pb"):
@@ -298,7 +298,7 @@ def test_real_text_with_case_accents_and_punctuation(tmp_path, lower_case):
     path = tmp_path / "por.txt"
     write_tsv(TATOEBA_STYLE * 3, path)
     pairs = read_tsv(path, source_column=1, target_column=0)  # Portuguese -> English
-    tokenizers = build_tokenizers(pairs, vocab_size=500, lower_case=lower_case)
+    tokenizers = build_tokenizers(pairs, vocab_size=500, lower_case=lower_case, kind="wordpiece")
     portuguese = [p for p, _ in pairs[:10]]
     ids = tokenizers.source.tokenize(tf.constant(portuguese))
     assert UNK_ID not in ids.flat_values.numpy()

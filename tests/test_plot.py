@@ -89,9 +89,9 @@ def test_positional_encoding_from_array_is_a_heatmap_of_position_by_depth():
     assert "length=12, depth=8" in ax.get_title()
 
 
-def test_positional_encoding_from_length_and_depth_uses_the_library():
-    expected = positional.positional_encoding(10, 16)
-    for fig in (plot.plot_positional_encoding(10, 16), plot.plot_positional_encoding((10, 16))):
+def test_positional_encoding_from_length_and_depth_is_the_library_s():
+    expected = positional.positional_encoding(50, 16)
+    for fig in (plot.plot_positional_encoding(50, 16), plot.plot_positional_encoding((50, 16))):
         (ax,) = main_axes(rendered(fig))
         np.testing.assert_allclose(image_data(ax), expected, rtol=1e-6)
 

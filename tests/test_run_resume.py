@@ -170,7 +170,7 @@ def test_fixed_size_stream_is_the_same_however_often_it_is_built_or_iterated(res
     from transformer.data.tsv import read_tsv
 
     pairs = read_tsv(resume_tsv[0])
-    tokenized = tokenize_pairs(pairs, build_tokenizers(pairs, 200, False), 32)
+    tokenized = tokenize_pairs(pairs, build_tokenizers(pairs, 200, False, kind="wordpiece"), 32)
 
     def contexts(stream, count):
         return [context.numpy().tolist() for (context, _), _ in stream.take(count)]

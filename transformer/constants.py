@@ -56,6 +56,11 @@ PAPER_LEARNING_RATE = "paper"
 # WordPiece and the reversible SentencePiece.
 TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 
+# The tokenizer of every dataset recipe (`transformer.run.recipes`) and of
+# `build_tokenizers` when it is not told: SentencePiece keeps case, accents and
+# punctuation, so translations read as written text.
+DEFAULT_TOKENIZER = "sentencepiece"
+
 # The subword models SentencePiece can learn (`transformer.data.sentencepiece`).
 SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe", "char", "word")
 

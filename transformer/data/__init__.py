@@ -5,8 +5,11 @@
 - `tsv`: your own `source<TAB>target` files.
 - `tfds_ted`: the tutorial's `ted_hrlr_translate/pt_to_en` through TFDS.
 - `loading`: `load_corpus`, which picks one of the above.
-- `wordpiece`, `tokenizers`: WordPiece vocabularies and subword tokenizers.
-- `sentencepiece`: reversible SentencePiece tokenizers (`build_tokenizers(kind=...)`).
+- `tokenizers`: `build_tokenizers`, `save_tokenizers` and `load_tokenizers`,
+  for either kind of subword tokenizer.
+- `sentencepiece`: `SentencePieceTokenizer`, reversible (the default kind).
+- `wordpiece`: `WordPieceTokenizer`, the tutorial's lower-casing one.
+- `tokenizer_base`: what the two tokenizers share.
 - `batching`: `((context, x), labels)` datasets for training.
 
 The names below are imported from their modules on first use: reading a TSV
@@ -38,7 +41,7 @@ _EXPORTS = {
     "load_corpus": "loading",
     "DATASETS": "loading",
     "learn_wordpiece_vocab": "wordpiece",
-    "SubwordTokenizer": "tokenizers",
+    "WordPieceTokenizer": "wordpiece",
     "TranslationTokenizers": "tokenizers",
     "build_tokenizers": "tokenizers",
     "build_vocab": "tokenizers",
@@ -47,6 +50,7 @@ _EXPORTS = {
     "load_tokenizers": "tokenizers",
     "DEFAULT_VOCAB_SIZE": "tokenizers",
     "TOKENIZER_KINDS": "tokenizers",
+    "DEFAULT_TOKENIZER": "tokenizers",
     "tokenizer_kind": "tokenizers",
     "SentencePieceTokenizer": "sentencepiece",
     "learn_sentencepiece_model": "sentencepiece",

@@ -1,6 +1,6 @@
 """Reversible SentencePiece tokenizers: text keeps its case, accents and punctuation.
 
-The tutorial's WordPiece tokenizer (`transformer.data.tokenizers`) lower-cases,
+The tutorial's WordPiece tokenizer (`transformer.data.wordpiece`) lower-cases,
 strips accents and splits punctuation off words, so its translations read
 "the big man ' s balls" and Portuguese "é" (is) and "e" (and) become one
 token. SentencePiece (Kudo and Richardson, 2018) treats the text as a raw
@@ -275,7 +275,7 @@ def write_sentencepiece_files(model_proto: bytes, directory, stem: str) -> Sente
 
 
 class SentencePieceTokenizer(TokenizerBase):
-    """A SentencePiece tokenizer with the interface of `SubwordTokenizer`.
+    """A SentencePiece tokenizer with the interface of `WordPieceTokenizer`.
 
     Wraps `tensorflow_text.FastSentencepieceTokenizer` and frames every
     sentence with `[START]` and `[END]` (the model's BOS and EOS pieces). All methods are

@@ -1,16 +1,19 @@
-"""Subword tokenizers, as in TensorFlow's subword tokenizer tutorial.
+"""Building, saving and loading the source and target tokenizers of a translation task.
 
-Two kinds: `"wordpiece"` (the tutorial's, the default, described here) and
-`"sentencepiece"` (`transformer.data.sentencepiece`: reversible, keeps case,
-accents and punctuation, optionally one vocabulary shared by both languages
-as in section 3.4 of the paper). `build_tokenizers(..., kind=...)` builds
-either; `save_tokenizers` and `load_tokenizers` handle both.
+Two kinds of subword tokenizer, chosen by `build_tokenizers(..., kind=...)`:
 
-With WordPiece, each language gets a WordPiece vocabulary learnt from its training text, and a
-`tensorflow_text.BertTokenizer` that lower-cases, strips accents, splits off
-punctuation and then splits words into word pieces ("gatinhos" -> "gat",
-"##inhos"). Token ids 0-3 are the reserved tokens `[PAD] [UNK] [START] [END]`
-(`transformer.constants`), in both languages.
+- `"sentencepiece"` (`transformer.data.sentencepiece`, the default of every
+  recipe: `DEFAULT_TOKENIZER`): reversible, keeps case, accents and
+  punctuation, optionally one vocabulary shared by both languages as in
+  section 3.4 of the paper.
+- `"wordpiece"` (`transformer.data.wordpiece`, TensorFlow's subword tokenizer
+  tutorial): a WordPiece vocabulary per language, learnt here from the
+  words `word_counts` finds, and a `tensorflow_text.BertTokenizer` that
+  lower-cases, strips accents, splits off punctuation and then splits words
+  into word pieces ("gatinhos" -> "gat", "##inhos").
+
+Token ids 0-3 are the reserved tokens `[PAD] [UNK] [START] [END]`
+(`transformer.constants`), in both languages and both kinds.
 
 The tokenizers are `tf.Module`s whose methods are `tf.function`s, so they save
 as a SavedModel and load again without this module, without the training
@@ -30,7 +33,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -40,15 +42,15 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as text
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, TOKENIZER_KINDS
+from transformer.constants import DEFAULT_TOKENIZER, RESERVED_TOKENS, TOKENIZER_KINDS
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
     learn_sentencepiece_model,
     write_sentencepiece_files,
 )
-from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
-from transformer.data.wordpiece import learn_wordpiece_vocab
+from transformer.data.tokenizer_base import TokenizerBase
+from transformer.data.wordpiece import WordPieceTokenizer, learn_wordpiece_vocab
 
 logger = logging.getLogger(__name__)
 
@@ -56,132 +58,13 @@ DEFAULT_VOCAB_SIZE = 8000
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
 
-_ID_DTYPES = (tf.int64, tf.int32)
-
-
-class SubwordTokenizer(TokenizerBase):
-    """A WordPiece tokenizer for one language, with START and END markers.
-
-    Wraps `tensorflow_text.BertTokenizer`. All methods are `tf.function`s
-    traced for fixed signatures, so they survive `tf.saved_model.save` and
-    work on the reloaded object without this class.
-
-    Args:
-        vocab_path: a text file with one token per line; line `i` is id `i`.
-            Its first lines must be `reserved_tokens`.
-        reserved_tokens: the special tokens, `[PAD] [UNK] [START] [END]`.
-        lower_case: lower-case the text and strip accents before looking words
-            up (must match how the vocabulary was learnt).
-
-    Example:
-
-    ```python
-    tokenizer = SubwordTokenizer("vocab.txt")
-    ids = tokenizer.tokenize(tf.constant(["the black cat"]))  # RaggedTensor int64
-    tokenizer.detokenize(ids)  # tf.Tensor([b'the black cat'])
-    ```
-    """
-
-    def __init__(self, vocab_path, reserved_tokens=RESERVED_TOKENS, lower_case: bool = True):
-        super().__init__()
-        vocab_path = os.fspath(vocab_path)
-        vocab = Path(vocab_path).read_text(encoding="utf-8").splitlines()
-        reserved_tokens = list(reserved_tokens)
-        if vocab[: len(reserved_tokens)] != reserved_tokens:
-            raise DataError(
-                f"{vocab_path}: the vocabulary must start with the reserved tokens "
-                f"{reserved_tokens}, found {vocab[: len(reserved_tokens)]}"
-            )
-        self.tokenizer = text.BertTokenizer(vocab_path, lower_case=lower_case)
-        self._reserved_tokens = reserved_tokens
-        self._vocab_path = tf.saved_model.Asset(vocab_path)
-        self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
-
-        # Trace the signatures the SavedModel keeps.
-        self.tokenize.get_concrete_function(tf.TensorSpec(shape=[None], dtype=tf.string))
-        for dtype in _ID_DTYPES:
-            for spec in (
-                tf.TensorSpec(shape=[None, None], dtype=dtype),
-                tf.RaggedTensorSpec(shape=[None, None], dtype=dtype),
-            ):
-                self.detokenize.get_concrete_function(spec)
-                self.lookup.get_concrete_function(spec)
-        self.get_vocab_size.get_concrete_function()
-        self.get_vocab_path.get_concrete_function()
-        self.get_reserved_tokens.get_concrete_function()
-
-    @tokenizer_function
-    def tokenize(self, strings):
-        """Splits sentences into word-piece ids, framed by START and END.
-
-        Args:
-            strings: a 1-D string tensor of sentences, shape `(batch,)`.
-
-        Returns:
-            An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
-            `[START, ..., END]`. Unknown words become `[UNK]` (id 1).
-        """
-        pieces = self.tokenizer.tokenize(strings)  # (batch, (words), (pieces))
-        ids = pieces.merge_dims(-2, -1)  # (batch, (tokens))
-        batch = ids.nrows()
-        starts = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))  # (batch, 1)
-        ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))  # (batch, 1)
-        return tf.concat([starts, ids, ends], axis=1)  # (batch, (tokens + 2))
-
-    @tokenizer_function
-    def detokenize(self, tokens):
-        """Turns ids back into text: joins word pieces, words by single spaces.
-
-        Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
-        and `[END]` are dropped. `[UNK]` is kept, so that an unknown word
-        stays visible (as in the tutorial). Ids outside the vocabulary count
-        as `[UNK]`.
-
-        Args:
-            tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
-                `tf.RaggedTensor` of shape `(batch, (seq))`.
-
-        Returns:
-            A string tensor of shape `(batch,)`: lower-cased text with
-            punctuation split off ("the boy ' s book").
-        """
-        ids = self._valid_ids(tokens)
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)  # (batch, seq)
-        ended = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) > 0
-        keep = ~ended & (ids != PAD_ID) & (ids != START_ID) & (ids != END_ID)  # (batch, seq)
-        kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
-        words = self.tokenizer.detokenize(kept)  # (batch, (words))
-        return tf.strings.reduce_join(words, separator=" ", axis=-1)  # (batch,)
-
-    @tokenizer_function
-    def lookup(self, token_ids):
-        """Maps ids to their word pieces, one string per id.
-
-        Args:
-            token_ids: int32 or int64 ids, dense or ragged `(batch, seq)`.
-
-        Returns:
-            Strings of the same shape and kind (dense or ragged), e.g.
-            `[[b"[START]", b"gat", b"##inhos", b"[END]"]]`.
-        """
-        return tf.gather(self.vocab, self._valid_ids(token_ids))
-
-    @tokenizer_function
-    def get_vocab_size(self):
-        """Returns the number of tokens in the vocabulary, a scalar int32 tensor."""
-        return tf.shape(self.vocab)[0]
-
-    def _vocabulary(self):
-        return self.vocab
-
 
 class TranslationTokenizers(tf.Module):
     """The source and target tokenizers of a translation task, saved together.
 
     Attributes:
         source: the tokenizer of the source language (Portuguese): a
-            `SubwordTokenizer` or a `SentencePieceTokenizer`.
+            `WordPieceTokenizer` or a `SentencePieceTokenizer`.
         target: the tokenizer of the target language (English). With a
             shared vocabulary it is the same object as `source`, and stays so
             after saving and reloading.
@@ -194,7 +77,7 @@ class TranslationTokenizers(tf.Module):
     ```
     """
 
-    def __init__(self, source: SubwordTokenizer, target: SubwordTokenizer):
+    def __init__(self, source: TokenizerBase, target: TokenizerBase):
         super().__init__()
         self.source = source
         self.target = target
@@ -269,7 +152,7 @@ def build_tokenizers(
     lower_case: bool | None = None,
     vocab_dir=None,
     learn_params: dict | None = None,
-    kind: str = "wordpiece",
+    kind: str = DEFAULT_TOKENIZER,
     shared: bool = False,
 ) -> TranslationTokenizers:
     """Learns source and target vocabularies from sentence pairs and builds tokenizers.
@@ -289,7 +172,8 @@ def build_tokenizers(
         learn_params: extra arguments for the learner of that kind:
             `learn_wordpiece_vocab` or `learn_sentencepiece_model` (e.g.
             `{"model_type": "bpe"}`).
-        kind: `"wordpiece"` (the tutorial's) or `"sentencepiece"`.
+        kind: `"sentencepiece"` (`DEFAULT_TOKENIZER`, what every recipe
+            of `train.py` uses) or `"wordpiece"` (the tutorial's).
         shared: learn one SentencePiece vocabulary from both languages' text,
             used as both `.source` and `.target` (section 3.4 of the paper
             shares it to tie the embeddings). SentencePiece only.
@@ -305,9 +189,10 @@ def build_tokenizers(
 
     ```python
     corpus = generate_toy_corpus()
-    tokenizers = build_tokenizers(corpus.train)
-    tokenizers.target.tokenize(tf.constant(["the black cat"]))
-    shared = build_tokenizers(corpus.train, kind="sentencepiece", shared=True)
+    tokenizers = build_tokenizers(corpus.train)  # SentencePiece, one model per language
+    tokenizers.target.tokenize(tf.constant(["The black cat."]))
+    tutorial = build_tokenizers(corpus.train, kind="wordpiece")  # lower-cases
+    shared = build_tokenizers(corpus.train, shared=True)
     shared.source is shared.target  # True
     ```
     """
@@ -372,8 +257,8 @@ def _build_wordpiece(pairs, vocab_size, lower_case, vocab_dir: Path, learn_param
     source_path = _write_vocab(source_vocab, vocab_dir / SOURCE_VOCAB_FILE)
     target_path = _write_vocab(target_vocab, vocab_dir / TARGET_VOCAB_FILE)
     return TranslationTokenizers(
-        SubwordTokenizer(source_path, lower_case=lower_case),
-        SubwordTokenizer(target_path, lower_case=lower_case),
+        WordPieceTokenizer(source_path, lower_case=lower_case),
+        WordPieceTokenizer(target_path, lower_case=lower_case),
     )
 
 

@@ -1,4 +1,9 @@
-"""Learning a WordPiece vocabulary: the tensorflow_text algorithm, made faster.
+"""The tutorial's WordPiece tokenizer (`WordPieceTokenizer`) and the learning of its vocabulary.
+
+`WordPieceTokenizer` wraps `tensorflow_text.BertTokenizer`: it lower-cases,
+strips accents, splits punctuation off words and then words into pieces
+("gatinhos" -> "gat", "##inhos"). `transformer.data.tokenizers` builds one
+per language (`build_tokenizers(kind="wordpiece")`).
 
 `tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset` (used by
 TensorFlow's subword tokenizer tutorial) counts words with BERT's basic
@@ -29,11 +34,21 @@ from __future__ import annotations
 
 import bisect
 import collections
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
+import tensorflow as tf
+import tensorflow_text as text
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as _learner
 
-__all__ = ["learn_wordpiece_vocab"]
+from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
+from transformer.data.corpus import DataError
+from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
+
+__all__ = ["WordPieceTokenizer", "learn_wordpiece_vocab"]
+
+_ID_DTYPES = (tf.int64, tf.int32)
 
 
 def learn_wordpiece_vocab(
@@ -293,3 +308,120 @@ class _PrefixCounter:
                 if final >= thresh:
                     kept[prefix] = final
         return kept
+
+
+class WordPieceTokenizer(TokenizerBase):
+    """A WordPiece tokenizer for one language, with START and END markers.
+
+    Wraps `tensorflow_text.BertTokenizer`. All methods are `tf.function`s
+    traced for fixed signatures, so they survive `tf.saved_model.save` and
+    work on the reloaded object without this class.
+
+    Args:
+        vocab_path: a text file with one token per line; line `i` is id `i`.
+            Its first lines must be `reserved_tokens`.
+        reserved_tokens: the special tokens, `[PAD] [UNK] [START] [END]`.
+        lower_case: lower-case the text and strip accents before looking words
+            up (must match how the vocabulary was learnt).
+
+    Example:
+
+    ```python
+    tokenizer = WordPieceTokenizer("vocab.txt")
+    ids = tokenizer.tokenize(tf.constant(["the black cat"]))  # RaggedTensor int64
+    tokenizer.detokenize(ids)  # tf.Tensor([b'the black cat'])
+    ```
+    """
+
+    def __init__(self, vocab_path, reserved_tokens=RESERVED_TOKENS, lower_case: bool = True):
+        super().__init__()
+        vocab_path = os.fspath(vocab_path)
+        vocab = Path(vocab_path).read_text(encoding="utf-8").splitlines()
+        reserved_tokens = list(reserved_tokens)
+        if vocab[: len(reserved_tokens)] != reserved_tokens:
+            raise DataError(
+                f"{vocab_path}: the vocabulary must start with the reserved tokens "
+                f"{reserved_tokens}, found {vocab[: len(reserved_tokens)]}"
+            )
+        self.tokenizer = text.BertTokenizer(vocab_path, lower_case=lower_case)
+        self._reserved_tokens = reserved_tokens
+        self._vocab_path = tf.saved_model.Asset(vocab_path)
+        self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
+
+        # Trace the signatures the SavedModel keeps.
+        self.tokenize.get_concrete_function(tf.TensorSpec(shape=[None], dtype=tf.string))
+        for dtype in _ID_DTYPES:
+            for spec in (
+                tf.TensorSpec(shape=[None, None], dtype=dtype),
+                tf.RaggedTensorSpec(shape=[None, None], dtype=dtype),
+            ):
+                self.detokenize.get_concrete_function(spec)
+                self.lookup.get_concrete_function(spec)
+        self.get_vocab_size.get_concrete_function()
+        self.get_vocab_path.get_concrete_function()
+        self.get_reserved_tokens.get_concrete_function()
+
+    @tokenizer_function
+    def tokenize(self, strings):
+        """Splits sentences into word-piece ids, framed by START and END.
+
+        Args:
+            strings: a 1-D string tensor of sentences, shape `(batch,)`.
+
+        Returns:
+            An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
+            `[START, ..., END]`. Unknown words become `[UNK]` (id 1).
+        """
+        pieces = self.tokenizer.tokenize(strings)  # (batch, (words), (pieces))
+        ids = pieces.merge_dims(-2, -1)  # (batch, (tokens))
+        batch = ids.nrows()
+        starts = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))  # (batch, 1)
+        ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))  # (batch, 1)
+        return tf.concat([starts, ids, ends], axis=1)  # (batch, (tokens + 2))
+
+    @tokenizer_function
+    def detokenize(self, tokens):
+        """Turns ids back into text: joins word pieces, words by single spaces.
+
+        Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
+        and `[END]` are dropped. `[UNK]` is kept, so that an unknown word
+        stays visible (as in the tutorial). Ids outside the vocabulary count
+        as `[UNK]`.
+
+        Args:
+            tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
+                `tf.RaggedTensor` of shape `(batch, (seq))`.
+
+        Returns:
+            A string tensor of shape `(batch,)`: lower-cased text with
+            punctuation split off ("the boy ' s book").
+        """
+        ids = self._valid_ids(tokens)
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)  # (batch, seq)
+        ended = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) > 0
+        keep = ~ended & (ids != PAD_ID) & (ids != START_ID) & (ids != END_ID)  # (batch, seq)
+        kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
+        words = self.tokenizer.detokenize(kept)  # (batch, (words))
+        return tf.strings.reduce_join(words, separator=" ", axis=-1)  # (batch,)
+
+    @tokenizer_function
+    def lookup(self, token_ids):
+        """Maps ids to their word pieces, one string per id.
+
+        Args:
+            token_ids: int32 or int64 ids, dense or ragged `(batch, seq)`.
+
+        Returns:
+            Strings of the same shape and kind (dense or ragged), e.g.
+            `[[b"[START]", b"gat", b"##inhos", b"[END]"]]`.
+        """
+        return tf.gather(self.vocab, self._valid_ids(token_ids))
+
+    @tokenizer_function
+    def get_vocab_size(self):
+        """Returns the number of tokens in the vocabulary, a scalar int32 tensor."""
+        return tf.shape(self.vocab)[0]
+
+    def _vocabulary(self):
+        return self.vocab

@@ -46,7 +46,8 @@ def plot_positional_encoding(
             axes of size 1, as in the tutorial's `(1, length, depth)`, are
             dropped); or the integer `length` together with `depth`; or a
             `(length, depth)` tuple of two integers. Given integers, the
-            encoding is computed with `transformer.positional.positional_encoding`.
+            encoding is computed here, as `transformer.positional.positional_encoding`
+            computes it.
         depth: the encoding width when `encoding` is an integer length.
         title: figure title; by default it names the section and the shape.
         figsize: matplotlib figure size in inches.
@@ -90,13 +91,24 @@ def _encoding_array(encoding, depth: int | None) -> np.ndarray:
             encoding, depth = encoding
         check_positive_int("encoding", encoding)
         check_positive_int("depth", depth)
-        # Imported lazily: positional.py imports TensorFlow and Keras.
-        from transformer.positional import positional_encoding
-
-        return np.asarray(positional_encoding(int(encoding), int(depth)), dtype=np.float64)
+        return _sinusoidal_encoding(int(encoding), int(depth))
     return _matrix(
         encoding, "encoding", "an array of shape (length, depth), or integers length and depth"
     )
+
+
+def _sinusoidal_encoding(length: int, depth: int) -> np.ndarray:
+    """Section 3.5's encoding, `(length, depth)`: `sin(pos / 10000^(2i/depth))` in
+    column 2i, `cos` of the same angle in column 2i+1.
+
+    The numbers of `transformer.positional.positional_encoding` (the plot tests
+    compare them), computed here because that module imports TensorFlow, which
+    this package never does (`translate.py --help` stays quick).
+    """
+    positions = np.arange(length, dtype=np.float64)[:, np.newaxis]  # (length, 1)
+    pair_index = np.arange(depth)[np.newaxis, :] // 2  # (1, depth): i of columns 2i, 2i+1
+    angles = positions / np.power(10000.0, 2 * pair_index / depth)  # (length, depth)
+    return np.where(np.arange(depth) % 2 == 0, np.sin(angles), np.cos(angles))
 
 
 def _is_int_pair(value) -> bool:
