@@ -40,7 +40,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "ui-es-en"
+# The development corpus (not in the repository), in the current directory.
+DEFAULT_CORPUS = Path("ui-es-en")
 
 from copyable_tokens import copyable_share  # noqa: E402
 from real_text_scoring import bleu_all_ways, machine  # noqa: E402
@@ -147,7 +148,8 @@ def main(argv=None) -> int:
                         help="training budgets in minutes")
     parser.add_argument("--core", type=int, default=0, help="the one CPU core (taskset -c)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                        help="directory with train.tsv, valid.tsv, test.tsv")
+                        help="directory with train.tsv, valid.tsv, test.tsv (default: "
+                        "ui-es-en, the development corpus)")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "budget_curve")
     parser.add_argument("--peer", type=Path, nargs="*", default=[],
                         help="JSON files of bench/peer_joeynmt/run.py to plot beside")

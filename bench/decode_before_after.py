@@ -16,7 +16,7 @@ the versions round by round lets the machine's load fall on both alike.
 Command (the code before, as a plain copy of a commit):
     git archive main | tar -x -C /tmp/before
     python bench/decode_before_after.py --baseline /tmp/before \\
-        --run RUN --tsv ../shared/data/ui-es-en/test.tsv --rounds 3
+        --run RUN --tsv ui-es-en/test.tsv --rounds 3
 """
 
 from __future__ import annotations

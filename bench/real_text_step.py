@@ -30,7 +30,7 @@ tokens, which is the fair measure when the variants pad differently; the
 ratios are against the first variant given.
 
 Command (the development corpus of the project's real-text work):
-    python bench/real_text_step.py --data ../shared/data/ui-es-en/train.tsv \
+    python bench/real_text_step.py --data ui-es-en/train.tsv \
         --variants default bfc arena1
 """
 

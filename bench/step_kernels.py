@@ -26,7 +26,7 @@ target tokens, and the ratio of each variant's time to the first's.
 
 Command (the development corpus of the project's real-text work), with one
 core per process as `train.py --time-budget` is measured:
-    taskset -c 0 python bench/step_kernels.py --data ../shared/data/ui-es-en/train.tsv \\
+    taskset -c 0 python bench/step_kernels.py --data ui-es-en/train.tsv \\
         --variants default before broadcast-logits keras-adam onednn --rounds 3
 """
 

@@ -19,7 +19,7 @@ both sides, section 3.4 of the paper). Results are printed as a Markdown
 table and written to `bench/results/tokenizer_speed.json`.
 
 Commands:
-    python bench/tokenizer_speed.py --data ../shared/data/ui-es-en/train.tsv
+    python bench/tokenizer_speed.py --data ui-es-en/train.tsv
     python bench/tokenizer_speed.py --data por.tsv --source-column 1 --target-column 0
 """
 

@@ -12,7 +12,7 @@ before it batched).
 
 Command (a run trained on the development corpus by `train.py`):
     python bench/translate_batches.py --run runs/train \
-        --tsv ../shared/data/ui-es-en/test.tsv
+        --tsv ui-es-en/test.tsv
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ from copyable_tokens import copyable_share  # noqa: E402
 logger = logging.getLogger("peer_joeynmt")
 
 PEER_PYTHON = HERE / ".venv" / "bin" / "python"
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "ui-es-en"
+# The development corpus (not in the repository), in the current directory.
+DEFAULT_CORPUS = Path("ui-es-en")
 LANGS = ("es", "en")
 VOCAB_SIZE = 8000
 
@@ -237,7 +238,8 @@ def parse_args(argv=None):
     parser.add_argument("--minutes", type=float, required=True, help="training wall clock")
     parser.add_argument("--core", type=int, default=1, help="the one CPU core (taskset -c)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                        help="directory with train.tsv, valid.tsv, test.tsv (source<TAB>target)")
+                        help="directory with train.tsv, valid.tsv, test.tsv (source<TAB>target; "
+                        "default: ui-es-en, the development corpus)")
     parser.add_argument("--train-pairs", type=int, default=None, help="first N pairs only")
     parser.add_argument("--test-pairs", type=int, default=None, help="first N pairs only")
     parser.add_argument("--valid-subset", type=int, default=300,
