@@ -75,6 +75,23 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     >>> out, w = scaled_dot_product_attention(tf.constant([[0, 10, 0]], tf.float32), k, v)
     >>> w.numpy().round(6), out.numpy().round(6)
     (array([[0., 1., 0., 0.]], dtype=float32), array([[10.,  0.]], dtype=float32))
+
+    A query that matches the last two keys equally averages their values; with
+    the last key masked (1 = may not attend), it takes the third key's alone:
+
+    >>> q = tf.constant([[0, 0, 10]], tf.float32)
+    >>> scaled_dot_product_attention(q, k, v)[0].numpy().round(6)
+    array([[550. ,   5.5]], dtype=float32)
+    >>> out, w = scaled_dot_product_attention(q, k, v, mask=tf.constant([[0., 0., 0., 1.]]))
+    >>> w.numpy().round(6), out.numpy().round(6)
+    (array([[0., 0., 1., 0.]], dtype=float32), array([[100.,   5.]], dtype=float32))
+
+    With a batch and heads, the leading axes come along:
+
+    >>> q, k, v = tf.ones((2, 8, 3, 16)), tf.ones((2, 8, 5, 16)), tf.ones((2, 8, 5, 32))
+    >>> out, w = scaled_dot_product_attention(q, k, v)
+    >>> out.shape, w.shape  # (batch, heads, seq_q, depth_v), (batch, heads, seq_q, seq_k)
+    (TensorShape([2, 8, 3, 32]), TensorShape([2, 8, 3, 5]))
     """
     q = tf.convert_to_tensor(q)
     k = tf.convert_to_tensor(k, dtype=q.dtype)
@@ -144,8 +161,21 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> mha = MultiHeadAttention(d_model=512, num_heads=8)
     >>> y = tf.random.uniform((1, 60, 512))
     >>> out, w = mha(y, y, y)
-    >>> out.shape, w.shape
+    >>> out.shape, w.shape  # (batch, seq_q, d_model), (batch, heads, seq_q, seq_k)
     (TensorShape([1, 60, 512]), TensorShape([1, 8, 60, 60]))
+
+    With the look-ahead mask, position 0 attends only to itself, in every head:
+
+    >>> out, w = mha(y, y, y, mask=create_look_ahead_mask(60))
+    >>> w[0, :, 0, :2].numpy()  # (heads, the first two keys)
+    array([[1., 0.],
+           [1., 0.],
+           [1., 0.],
+           [1., 0.],
+           [1., 0.],
+           [1., 0.],
+           [1., 0.],
+           [1., 0.]], dtype=float32)
     """
 
     def __init__(self, d_model, num_heads, dropout_rate=0.0, **kwargs):

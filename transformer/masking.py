@@ -29,7 +29,10 @@ def create_padding_mask(seq):
 
     Example:
 
-    >>> create_padding_mask(tf.constant([[7, 6, 0, 0, 1]]))[0, 0, 0].numpy()
+    >>> mask = create_padding_mask(tf.constant([[7, 6, 0, 0, 1]]))
+    >>> mask.shape  # (batch, 1, 1, seq_len): the same for every head and query
+    TensorShape([1, 1, 1, 5])
+    >>> mask[0, 0, 0].numpy()
     array([0., 0., 1., 1., 0.], dtype=float32)
     """
     seq = tf.convert_to_tensor(seq)
@@ -66,6 +69,14 @@ def create_decoder_mask(tar):
     Returns:
         float32 tensor of shape `(batch, 1, tar_len, tar_len)`; 1 where the key is
         in the future or is padding.
+
+    Example (`[START] the [END] [PAD]`: no query sees the padding):
+
+    >>> create_decoder_mask(tf.constant([[2, 7, 3, 0]]))[0, 0].numpy()
+    array([[0., 1., 1., 1.],
+           [0., 0., 1., 1.],
+           [0., 0., 0., 1.],
+           [0., 0., 0., 1.]], dtype=float32)
     """
     tar = tf.convert_to_tensor(tar)
     look_ahead = create_look_ahead_mask(tf.shape(tar)[1])  # (tar_len, tar_len)
@@ -85,6 +96,12 @@ def create_masks(inp, tar):
         the encoder self-attention mask `(batch, 1, 1, inp_len)`, the decoder
         self-attention mask `(batch, 1, tar_len, tar_len)` and the
         encoder-decoder attention mask `(batch, 1, 1, inp_len)` (source padding).
+
+    Example:
+
+    >>> masks = create_masks(tf.constant([[5, 6, 7, 0, 0]]), tf.constant([[2, 8, 9]]))
+    >>> [tuple(mask.shape) for mask in masks]
+    [(1, 1, 1, 5), (1, 1, 3, 3), (1, 1, 1, 5)]
     """
     enc_padding_mask = create_padding_mask(inp)
     combined_mask = create_decoder_mask(tar)

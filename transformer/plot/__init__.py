@@ -31,7 +31,7 @@ Example:
 >>> from transformer.plot import plot_attention_head
 >>> weights = np.full((2, 3), 1 / 3)
 >>> fig = plot_attention_head(["o", "gato", "preto"], ["the", "cat"], weights)
->>> fig.savefig("/tmp/head.png")
+>>> fig.savefig("head.png")
 """
 
 from transformer.plot.attention import (

@@ -146,11 +146,14 @@ def plot_attention_head(
     Raises:
         ValueError: when the shape of `weights` does not match the token counts.
 
-    Example:
+    Example (a model's head is `weights["decoder_layer4_block2"][0, 0]`, from
+    weights of shape `(batch, heads, len(out), len(in))`):
 
-    >>> # weights["decoder_layer4_block2"]: (batch, heads, len(out), len(in))
-    >>> head = weights["decoder_layer4_block2"][0, 0]
-    >>> fig = plot_attention_head(in_tokens, out_tokens, head)
+    >>> import numpy as np
+    >>> head = np.full((3, 4), 1 / 4)  # (len(out_tokens), len(in_tokens)), rows sum to 1
+    >>> fig = plot_attention_head(["[START]", "o", "gato", "[END]"], ["the", "cat", "[END]"], head)
+    >>> len(fig.axes)  # the head and its colour bar
+    2
     """
     in_list = _as_tokens(in_tokens, "in_tokens")
     out_list = _as_tokens(out_tokens, "out_tokens")
@@ -215,11 +218,15 @@ def plot_attention_weights(
         ValueError: on a shape that does not match the tokens, or a
             `layer_name` missing from a weights dict.
 
-    Example:
+    Example (two heads of a one-layer model's weights dict):
 
+    >>> import numpy as np
+    >>> weights = {"decoder_layer1_block2": np.full((1, 2, 3, 4), 1 / 4)}  # (batch, heads, q, k)
     >>> fig = plot_attention_weights(
-    ...     in_tokens, out_tokens, weights["decoder_layer4_block2"][0],
-    ...     layer_name="decoder_layer4_block2")
+    ...     ["[START]", "o", "gato", "[END]"], ["the", "cat", "[END]"], weights,
+    ...     layer_name="decoder_layer1_block2")
+    >>> len(fig.axes)  # one per head and the colour bar
+    3
     """
     if isinstance(attention, Mapping):
         if layer_name not in attention:
@@ -397,11 +404,16 @@ def plot_attention_overview(
             3-D or 4-D or differ in shape between layers, or token counts that
             do not match the weights.
 
-    Example:
+    Example (a `Translation` gives the three as `result.input_tokens`,
+    `result.tokens` and `result.attention_weights`; here two layers of two heads):
 
-    >>> result = translator("o gato preto come o bolo")
+    >>> import numpy as np
+    >>> weights = {f"decoder_layer{i}_block2": np.full((2, 3, 4), 1 / 4) for i in (1, 2)}
     >>> fig = plot_attention_overview(
-    ...     result.input_tokens, result.tokens, result.attention_weights, kind="cross")
+    ...     ["[START]", "o", "gato", "[END]"], ["[START]", "the", "cat", "[END]"], weights,
+    ...     kind="cross")
+    >>> len(fig.axes)  # 2 layers x 2 heads, and the colour bar
+    5
     """
     if kind != "all" and kind not in _OVERVIEW_KINDS:
         raise _invalid("kind", f"one of {['all', *_OVERVIEW_KINDS]}", repr(kind))

@@ -52,7 +52,10 @@ def dot_product_statistics(
     Example:
 
     >>> stats = dot_product_statistics((4, 64, 512))
-    >>> stats["variance_unscaled"].round()   # about d_k
+    >>> stats["variance_unscaled"].round()  # about d_k
+    array([  4.,  63., 512.])
+    >>> stats["variance_scaled"].round(1)  # about 1
+    array([1., 1., 1.])
     """
     for name, value in (("num_samples", num_samples), ("num_keys", num_keys)):
         check_positive_int(name, value)
@@ -127,7 +130,9 @@ def plot_dot_product_variance(
 
     Example:
 
-    >>> fig = plot_dot_product_variance()
+    >>> fig = plot_dot_product_variance((1, 8, 64), num_samples=200)
+    >>> len(fig.axes)
+    3
     """
     stats = dot_product_statistics(d_ks, num_samples=num_samples, num_keys=num_keys, seed=seed)
     d = stats["d_k"]

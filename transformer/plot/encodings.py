@@ -264,7 +264,10 @@ def plot_mask(
     Example:
 
     >>> from transformer.masking import create_look_ahead_mask
-    >>> fig = plot_mask(create_look_ahead_mask(5), "look-ahead mask")
+    >>> tokens = ["[START]", "the", "cat", "eats", "[END]"]
+    >>> fig = plot_mask(create_look_ahead_mask(5), "look-ahead mask", tokens)
+    >>> len(fig.axes)  # the mask and its colour bar
+    2
     """
     key_tokens = _as_tokens(tokens, "tokens")
     q_tokens = _as_tokens(query_tokens, "query_tokens")
@@ -317,9 +320,10 @@ def plot_masks(
 
     Example:
 
-    >>> from transformer.masking import create_padding_mask, create_look_ahead_mask
-    >>> tar = tf.constant([[2, 7, 9, 3, 0, 0]])
-    >>> fig = plot_masks(create_padding_mask(tar), create_look_ahead_mask(6))
+    >>> import numpy as np
+    >>> from transformer.masking import create_look_ahead_mask, create_padding_mask
+    >>> target = np.array([[2, 7, 9, 3, 0, 0]])  # [START] the cat [END] [PAD] [PAD]
+    >>> fig = plot_masks(create_padding_mask(target), create_look_ahead_mask(6))
     """
     token_list = _as_tokens(tokens, "tokens")
     panels = [
