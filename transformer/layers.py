@@ -136,6 +136,13 @@ class EncoderLayer(_LayerBase):
     Returns:
         `(output, attention_weights)`: `(batch, seq_len, d_model)` and
         `(batch, num_heads, seq_len, seq_len)`.
+
+    Example:
+
+    >>> layer = EncoderLayer(d_model=16, num_heads=2, dff=32)
+    >>> out, weights = layer(tf.ones((1, 5, 16)))
+    >>> out.shape, weights.shape
+    (TensorShape([1, 5, 16]), TensorShape([1, 2, 5, 5]))
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
@@ -183,6 +190,13 @@ class DecoderLayer(_LayerBase):
         target_len)` and the encoder-decoder weights `(batch, heads, target_len,
         input_len)`; with a cache, `(output, block1_weights, block2_weights,
         cache)` with the cache updated.
+
+    Example (a target of 3 tokens reading a source of 5):
+
+    >>> layer = DecoderLayer(d_model=16, num_heads=2, dff=32)
+    >>> out, block1, block2 = layer(tf.ones((1, 3, 16)), tf.ones((1, 5, 16)))
+    >>> out.shape, block1.shape, block2.shape
+    (TensorShape([1, 3, 16]), TensorShape([1, 2, 3, 3]), TensorShape([1, 2, 3, 5]))
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
