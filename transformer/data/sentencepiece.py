@@ -1,7 +1,8 @@
-"""Reversible SentencePiece tokenizers: text keeps its case, accents and punctuation.
+"""The default tokenizer, `SentencePieceTokenizer`, and the learning of its model.
 
-The tutorial's WordPiece tokenizer (`transformer.data.wordpiece`) lower-cases,
-strips accents and splits punctuation off words, so its translations read
+Reversible: text keeps its case, accents and punctuation. The tutorial's
+WordPiece tokenizer (`transformer.data.wordpiece`) lower-cases, strips accents
+and splits punctuation off words, so its translations read
 "the big man ' s balls" and Portuguese "é" (is) and "e" (and) become one
 token. SentencePiece (Kudo and Richardson, 2018) treats the text as a raw
 sequence of characters, with the space as the piece "▁", so that decoding the

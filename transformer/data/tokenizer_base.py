@@ -1,4 +1,6 @@
-"""What the WordPiece and SentencePiece tokenizers share: their reserved tokens,
+"""The base class of both tokenizers (`TokenizerBase`) and of their traced methods.
+
+What the WordPiece and SentencePiece tokenizers share: their reserved tokens,
 their vocabulary file, the mapping of ids outside the vocabulary to `[UNK]`,
 and `tokenizer_function`, the decorator of every traced tokenizer method.
 

@@ -1,5 +1,6 @@
-"""The shared base of every figure: a `Figure` that renders in Jupyter, argument
-checks, token tick helpers and the colours of the mask plots.
+"""What the figure modules share (private): argument checks, token ticks, mask colours.
+
+Every figure is a `Figure` subclass that renders in Jupyter as a PNG.
 
 Private to the `transformer.plot` package; import figures from `transformer.plot`.
 """

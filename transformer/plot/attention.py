@@ -1,6 +1,9 @@
-"""Figures of attention weights: one head, every head of a layer (section 3.2.2),
-named by their role in the model (section 3.2.3), and every layer and head of
-each kind of attention at once (`plot_attention_overview`)."""
+"""Figures of attention weights: one head, one layer's heads, or every layer at once.
+
+`plot_attention_head` draws one head, `plot_attention_weights` every head of a
+layer (section 3.2.2), named by its role in the model (section 3.2.3), and
+`plot_attention_overview` every layer and head of each kind of attention.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Why attention divides by sqrt(d_k) (section 3.2.1): the statistics of scaled and
-unscaled dot products, and their figure."""
+"""Why attention divides by sqrt(d_k) (section 3.2.1), measured and drawn.
+
+`dot_product_statistics` measures scaled and unscaled dot products of random
+queries and keys; `plot_dot_product_variance` draws them.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Figures of the model's inputs: the positional encoding (section 3.5) and the
-attention masks (section 3.2.3; docs/design.md, "Masks")."""
+"""Figures of what the model adds to its inputs: the positional encoding and the masks.
+
+The positional encoding of section 3.5 and the attention masks of section
+3.2.3, in the convention of docs/design.md ("Masks": 1 = may not attend).
+"""
 
 from __future__ import annotations
 

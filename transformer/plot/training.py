@@ -1,5 +1,8 @@
-"""Figures of training: the learning-rate schedule (section 5.3) and the loss and
-accuracy curves of a run."""
+"""Figures of training: the learning-rate schedule and a run's loss and accuracy curves.
+
+`plot_learning_rate` draws a schedule such as the paper's (section 5.3),
+`plot_training_curves` the per-epoch history of `model.fit` or a CSV log.
+"""
 
 from __future__ import annotations
 
