@@ -8,9 +8,8 @@ import pytest
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as reference
 
 from transformer.constants import RESERVED_TOKENS
-from transformer.data.tokenizers import word_counts
 from transformer.data.toy import sample_toy_pairs
-from transformer.data.wordpiece import learn_wordpiece_vocab
+from transformer.data.wordpiece import learn_wordpiece_vocab, word_counts
 
 RESERVED = list(RESERVED_TOKENS)
 

@@ -56,6 +56,10 @@ PAPER_LEARNING_RATE = "paper"
 # WordPiece and the reversible SentencePiece.
 TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 
+# The largest subword vocabulary `build_tokenizers` learns when it is not told:
+# the tutorial's 8000 (about what it gets for each language).
+DEFAULT_VOCAB_SIZE = 8000
+
 # The tokenizer of every dataset recipe (`transformer.run.recipes`) and of
 # `build_tokenizers` when it is not told: SentencePiece keeps case, accents and
 # punctuation, so translations read as written text.

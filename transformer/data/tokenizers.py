@@ -30,7 +30,6 @@ reloaded.source.detokenize(ids)  # [b"o gato preto"]
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import logging
 import shutil
@@ -40,9 +39,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import tensorflow as tf
-import tensorflow_text as text
 
-from transformer.constants import DEFAULT_TOKENIZER, RESERVED_TOKENS, TOKENIZER_KINDS
+from transformer.constants import (
+    DEFAULT_TOKENIZER,
+    DEFAULT_VOCAB_SIZE,
+    RESERVED_TOKENS,
+    TOKENIZER_KINDS,
+)
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import (
     SentencePieceTokenizer,
@@ -50,11 +53,10 @@ from transformer.data.sentencepiece import (
     write_sentencepiece_files,
 )
 from transformer.data.tokenizer_base import TokenizerBase
-from transformer.data.wordpiece import WordPieceTokenizer, learn_wordpiece_vocab
+from transformer.data.wordpiece import WordPieceTokenizer, build_vocab, word_counts
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_VOCAB_SIZE = 8000
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
 
@@ -81,69 +83,6 @@ class TranslationTokenizers(tf.Module):
         super().__init__()
         self.source = source
         self.target = target
-
-
-def word_counts(sentences: Sequence[str], lower_case: bool = True, chunk_size: int = 8192):
-    """Counts the words of `sentences` as `BertTokenizer` splits them.
-
-    Words are lower-cased with accents stripped (if `lower_case`), and
-    punctuation is split off, exactly as `tensorflow_text.BertTokenizer` does
-    before it looks up word pieces.
-
-    Args:
-        sentences: the text, one sentence per string.
-        lower_case: lower-case and strip accents first.
-        chunk_size: how many sentences to split per TensorFlow call.
-
-    Returns:
-        A `{word: count}` dict.
-    """
-    splitter = _word_splitter(lower_case)
-    counts: collections.Counter = collections.Counter()
-    for start in range(0, len(sentences), chunk_size):
-        chunk = tf.constant(list(sentences[start : start + chunk_size]), dtype=tf.string)
-        counts.update(splitter.tokenize(chunk).flat_values.numpy().tolist())
-    return {word.decode("utf-8"): count for word, count in counts.items()}
-
-
-def _word_splitter(lower_case: bool):
-    """A BertTokenizer that only splits into words: no vocabulary, unknowns kept as is."""
-    table = tf.lookup.StaticVocabularyTable(
-        tf.lookup.KeyValueTensorInitializer(["[UNK]"], tf.constant([0], tf.int64)),
-        num_oov_buckets=1,
-    )
-    return text.BertTokenizer(
-        table, token_out_type=tf.string, unknown_token=None, lower_case=lower_case
-    )
-
-
-def build_vocab(
-    sentences: Sequence[str],
-    vocab_size: int = DEFAULT_VOCAB_SIZE,
-    lower_case: bool = True,
-    learn_params: dict | None = None,
-    counts: dict[str, int] | None = None,
-) -> list[str]:
-    """Learns a WordPiece vocabulary from sentences of one language.
-
-    The same algorithm and defaults as `bert_vocab_from_dataset` of
-    tensorflow_text (see `transformer.data.wordpiece`).
-
-    Args:
-        sentences: the training text of one language.
-        vocab_size: the largest vocabulary wanted, reserved tokens included.
-        lower_case: lower-case and strip accents (as the tokenizer will).
-        learn_params: extra arguments for `learn_wordpiece_vocab`.
-        counts: the `word_counts` of `sentences`, if already known.
-
-    Returns:
-        The vocabulary, reserved tokens first (`[PAD]` is id 0).
-    """
-    if counts is None:
-        counts = word_counts(sentences, lower_case=lower_case)
-    if not counts:
-        raise DataError("Cannot build a vocabulary: the sentences contain no words.")
-    return learn_wordpiece_vocab(counts, vocab_size, list(RESERVED_TOKENS), **(learn_params or {}))
 
 
 def build_tokenizers(

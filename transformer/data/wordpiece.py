@@ -3,7 +3,9 @@
 `WordPieceTokenizer` wraps `tensorflow_text.BertTokenizer`: it lower-cases,
 strips accents, splits punctuation off words and then words into pieces
 ("gatinhos" -> "gat", "##inhos"). `transformer.data.tokenizers` builds one
-per language (`build_tokenizers(kind="wordpiece")`).
+per language (`build_tokenizers(kind="wordpiece")`) from the vocabulary that
+`build_vocab` learns: `word_counts` splits the sentences into words as the
+tokenizer will, and `learn_wordpiece_vocab` learns word pieces from the counts.
 
 `tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset` (used by
 TensorFlow's subword tokenizer tutorial) counts words with BERT's basic
@@ -35,18 +37,18 @@ from __future__ import annotations
 import bisect
 import collections
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as _learner
 
-from transformer.constants import END_ID, PAD_ID, RESERVED_TOKENS, START_ID
+from transformer.constants import DEFAULT_VOCAB_SIZE, END_ID, PAD_ID, RESERVED_TOKENS, START_ID
 from transformer.data.corpus import DataError
 from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
 
-__all__ = ["WordPieceTokenizer", "learn_wordpiece_vocab"]
+__all__ = ["WordPieceTokenizer", "build_vocab", "learn_wordpiece_vocab", "word_counts"]
 
 _ID_DTYPES = (tf.int64, tf.int32)
 
@@ -308,6 +310,69 @@ class _PrefixCounter:
                 if final >= thresh:
                     kept[prefix] = final
         return kept
+
+
+def word_counts(sentences: Sequence[str], lower_case: bool = True, chunk_size: int = 8192):
+    """Counts the words of `sentences` as `BertTokenizer` splits them.
+
+    Words are lower-cased with accents stripped (if `lower_case`), and
+    punctuation is split off, exactly as `tensorflow_text.BertTokenizer` does
+    before it looks up word pieces.
+
+    Args:
+        sentences: the text, one sentence per string.
+        lower_case: lower-case and strip accents first.
+        chunk_size: how many sentences to split per TensorFlow call.
+
+    Returns:
+        A `{word: count}` dict.
+    """
+    splitter = _word_splitter(lower_case)
+    counts: collections.Counter = collections.Counter()
+    for start in range(0, len(sentences), chunk_size):
+        chunk = tf.constant(list(sentences[start : start + chunk_size]), dtype=tf.string)
+        counts.update(splitter.tokenize(chunk).flat_values.numpy().tolist())
+    return {word.decode("utf-8"): count for word, count in counts.items()}
+
+
+def _word_splitter(lower_case: bool):
+    """A BertTokenizer that only splits into words: no vocabulary, unknowns kept as is."""
+    table = tf.lookup.StaticVocabularyTable(
+        tf.lookup.KeyValueTensorInitializer(["[UNK]"], tf.constant([0], tf.int64)),
+        num_oov_buckets=1,
+    )
+    return text.BertTokenizer(
+        table, token_out_type=tf.string, unknown_token=None, lower_case=lower_case
+    )
+
+
+def build_vocab(
+    sentences: Sequence[str],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    lower_case: bool = True,
+    learn_params: dict | None = None,
+    counts: dict[str, int] | None = None,
+) -> list[str]:
+    """Learns a WordPiece vocabulary from sentences of one language.
+
+    The same algorithm and defaults as `bert_vocab_from_dataset` of
+    tensorflow_text (see `transformer.data.wordpiece`).
+
+    Args:
+        sentences: the training text of one language.
+        vocab_size: the largest vocabulary wanted, reserved tokens included.
+        lower_case: lower-case and strip accents (as the tokenizer will).
+        learn_params: extra arguments for `learn_wordpiece_vocab`.
+        counts: the `word_counts` of `sentences`, if already known.
+
+    Returns:
+        The vocabulary, reserved tokens first (`[PAD]` is id 0).
+    """
+    if counts is None:
+        counts = word_counts(sentences, lower_case=lower_case)
+    if not counts:
+        raise DataError("Cannot build a vocabulary: the sentences contain no words.")
+    return learn_wordpiece_vocab(counts, vocab_size, list(RESERVED_TOKENS), **(learn_params or {}))
 
 
 class WordPieceTokenizer(TokenizerBase):
