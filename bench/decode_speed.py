@@ -112,17 +112,10 @@ def time_blocks(functions, repeats):
     return stats, outputs
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    repeats = args.repeats or (3 if args.quick else 5)
-    tokens_out = args.output_tokens
-    keras.utils.set_random_seed(0)
-    config = TransformerConfig.from_preset("tutorial")
-    model = config.build_model(SOURCE_VOCAB, TARGET_VOCAB)
-    never_end(model)
+def decoders(model):
+    """`(greedy_fn, cached_fn, naive_fn)`: `compile_decode`'s function (for its
+    tracing count), and the cached and the naive loop, both compiled and both
+    `(tokens, limits, finished) -> (batch, steps)` token ids."""
     greedy_fn = compile_decode(model, "greedy")
     naive_fn = tf.function(
         lambda tokens, limits, finished: naive_greedy_decode(
@@ -135,16 +128,19 @@ def main(argv=None):
     def cached_fn(tokens, limits, finished):
         return greedy_fn(tokens, limits, finished)[0][:, 0]  # (batch, steps)
 
-    load_before = os.getloadavg()
-    print(f"tutorial preset: {config}, vocab {SOURCE_VOCAB}/{TARGET_VOCAB}, "
-          f"{os.cpu_count()} CPUs, load average {load_before[0]:.1f}, repeats {repeats}")
+    return greedy_fn, cached_fn, naive_fn
 
-    def runner(fn, sources, length):
-        args_ = (sources, tf.fill([sources.shape[0]], length),
-                 tf.zeros([sources.shape[0]], tf.bool))
-        return lambda: fn(*args_).numpy()
 
-    # 1. Cached vs naive at `tokens_out` output tokens.
+def runner(fn, sources, length):
+    """A call of `fn` on `sources` with `length` output tokens, as numpy."""
+    args_ = (sources, tf.fill([sources.shape[0]], length),
+             tf.zeros([sources.shape[0]], tf.bool))
+    return lambda: fn(*args_).numpy()
+
+
+def cached_against_naive(args, model, cached_fn, naive_fn, repeats, tokens_out):
+    """Part 1: cached vs naive at `tokens_out` output tokens, one row per source
+    length and batch (and the eager naive loop in the full run)."""
     source_lengths = [64] if args.quick else [16, 64]
     table = []
     for source_length in source_lengths:
@@ -186,8 +182,11 @@ def main(argv=None):
                   f"{row['speedup_vs_compiled_min']:.1f}x, CPU-time "
                   f"{row['speedup_vs_compiled_cpu']:.1f}x){eager_text}; same tokens: {same}",
                   flush=True)
+    return table
 
-    # 2. Latency against output length, batch 1 (and 32 in the full run).
+
+def latency_curves(args, cached_fn, naive_fn, repeats):
+    """Part 2: latency against output length, batch 1 (and 32 in the full run)."""
     lengths = [16, 32, 64] if args.quick else [16, 32, 64, 128]
     curves = {}
     for batch in (1,) if args.quick else (1, 32):
@@ -211,6 +210,42 @@ def main(argv=None):
             print(f"batch {batch:2d}, {length:3d} tokens: cached "
                   f"{curve[-1]['cached_s'] * 1000:7.1f} ms, naive compiled "
                   f"{curve[-1]['naive_compiled_s'] * 1000:7.1f} ms", flush=True)
+    return curves
+
+
+def print_table(args, table):
+    """Part 1 as a markdown table."""
+    print("\n| batch | source tokens | output tokens | cached | naive (compiled) | speedup "
+          "| speedup (CPU time) |" + (" naive (eager) | speedup |" if not args.quick else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if not args.quick else ""))
+    for row in table:
+        line = (f"| {row['batch']} | {row['source_tokens']} | {row['output_tokens']} | "
+                f"{row['cached_s'] * 1000:.0f} ms | {row['naive_compiled_s'] * 1000:.0f} ms | "
+                f"{row['speedup_vs_compiled']:.1f}x | {row['speedup_vs_compiled_cpu']:.1f}x |")
+        if not args.quick:
+            line += (f" {row['naive_eager_s'] * 1000:.0f} ms | {row['speedup_vs_eager']:.0f}x |"
+                     if "naive_eager_s" in row else " - | - |")
+        print(line)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    repeats = args.repeats or (3 if args.quick else 5)
+    tokens_out = args.output_tokens
+    keras.utils.set_random_seed(0)
+    config = TransformerConfig.from_preset("tutorial")
+    model = config.build_model(SOURCE_VOCAB, TARGET_VOCAB)
+    never_end(model)
+    greedy_fn, cached_fn, naive_fn = decoders(model)
+
+    load_before = os.getloadavg()
+    print(f"tutorial preset: {config}, vocab {SOURCE_VOCAB}/{TARGET_VOCAB}, "
+          f"{os.cpu_count()} CPUs, load average {load_before[0]:.1f}, repeats {repeats}")
+    table = cached_against_naive(args, model, cached_fn, naive_fn, repeats, tokens_out)
+    curves = latency_curves(args, cached_fn, naive_fn, repeats)
 
     tracing = {"cached": greedy_fn.experimental_get_tracing_count(),
                "naive_compiled": naive_fn.experimental_get_tracing_count()}
@@ -240,17 +275,7 @@ def main(argv=None):
     print(f"\ntraced: cached {tracing['cached']}x, naive {tracing['naive_compiled']}x "
           f"(once each for every length and batch size); load average "
           f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
-    print("\n| batch | source tokens | output tokens | cached | naive (compiled) | speedup "
-          "| speedup (CPU time) |" + (" naive (eager) | speedup |" if not args.quick else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|---|" if not args.quick else ""))
-    for row in table:
-        line = (f"| {row['batch']} | {row['source_tokens']} | {row['output_tokens']} | "
-                f"{row['cached_s'] * 1000:.0f} ms | {row['naive_compiled_s'] * 1000:.0f} ms | "
-                f"{row['speedup_vs_compiled']:.1f}x | {row['speedup_vs_compiled_cpu']:.1f}x |")
-        if not args.quick:
-            line += (f" {row['naive_eager_s'] * 1000:.0f} ms | {row['speedup_vs_eager']:.0f}x |"
-                     if "naive_eager_s" in row else " - | - |")
-        print(line)
+    print_table(args, table)
     verdict = "passes" if result["passes_bar"] else "does NOT pass"
     print(f"\nThe cached loop {verdict} the {BAR:.0f}x bar against the compiled naive loop "
           f"in every configuration above.")

@@ -31,16 +31,18 @@ Commands:
 
 Outputs (full run): bench/results/train_speed.json, train_speed_table.md,
 profile_*.txt, scaling_seq_len.png, scaling_batch.png.
+
+The contenders and their batches are in bench/train_speed_contenders.py; the
+FLOP count, the matmul ceiling, the timing rounds and the profile in
+bench/train_step_timing.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
@@ -56,379 +58,41 @@ sys.path.insert(0, str(ROOT / "bench"))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from reference_keras_mha import (  # noqa: E402
-    KerasMHATransformer,
-    RefPositionalEmbedding,
-    tutorial_masked_loss,
+from train_speed_contenders import (  # noqa: E402
+    CONTENDERS,
+    LABEL_SMOOTHING,
+    REFERENCE,
+    WORKLOADS,
+    baseline_revision,
+    build_model,
+    keras_hub_available,
+    load_baseline,
+    make_batch,
+    max_logit_difference,
+)
+from train_step_timing import (  # noqa: E402
+    CEILING_N,
+    load_average,
+    matmul_ceiling_fn,
+    paired_speedup,
+    profile_step,
+    round_robin,
+    step_flops,
+    step_matmul_shapes,
+    step_matmuls_fn,
+    train_step_fn,
 )
 
-from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
-from transformer.model import Transformer  # noqa: E402
-from transformer.model_config import PRESETS, TransformerConfig  # noqa: E402
-from transformer.run import RunConfig  # noqa: E402
+from transformer.model_config import PRESETS  # noqa: E402
 from transformer.run import default_precision as library_default_precision  # noqa: E402
 from transformer.run.precision import cpu_flags  # noqa: E402
-from transformer.training import MaskedLoss, make_optimizer, masked_accuracy  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-CONTENDERS = ("ours", "keras_mha", "keras_hub")
-REFERENCE = "keras_mha"
-
-# Vocabulary sizes and lengths of the benchmark batches.
-# tutorial: the tutorial's subword tokenizers (ted_hrlr_translate/pt_to_en) have
-#   7765 Portuguese and 7010 English tokens; batch 64 x 64 tokens.
-# toy: the toy corpus has about 100 Portuguese and 70 English words
-#   (transformer/data/toy.py) plus the 4 reserved tokens; sentences have at most
-#   16 words, so a padded batch of 64 is about 20 tokens long.
-WORKLOADS = {
-    "tutorial": {"input_vocab": 7765, "target_vocab": 7010, "batch": 64, "seq_len": 64},
-    "toy": {"input_vocab": 105, "target_vocab": 73, "batch": 64, "seq_len": 20},
-}
-CEILING_N = 2048  # the ceiling: one (N x N) @ (N x N) matmul, 2 N^3 FLOPs
 
 
 # ---------------------------------------------------------------------------
-# The training pieces: the library's, and the tutorial's loss for the reference
+# One configuration: every contender in the same rounds
 # ---------------------------------------------------------------------------
-
-
-# The label smoothing train.py uses by default (0.1, section 5.4).
-LABEL_SMOOTHING = RunConfig.__dataclass_fields__["label_smoothing"].default
-
-
-# ---------------------------------------------------------------------------
-# FLOPs of one training step, counted by hand
-# ---------------------------------------------------------------------------
-
-
-def step_flops(cfg: TransformerConfig, batch, src_len, tgt_len, target_vocab) -> dict[str, float]:
-    """FLOPs of one training step: forward matmuls x 3 (forward + two backward products).
-
-    A matmul (m x k) @ (k x n) costs 2 m k n FLOPs. Per layer, with B = batch,
-    S = source length, T = target length, d = d_model, f = dff (the heads split
-    d, so the attention products sum to the same count as one head of width d):
-
-    encoder layer (S tokens):
-        Q, K, V and output projections   4 * 2 B S d d
-        Q K^T and weights @ V            2 * 2 B S S d
-        feed-forward d -> f -> d         2 * 2 B S d f
-    decoder layer (T tokens):
-        self-attention projections       4 * 2 B T d d
-        self Q K^T and weights @ V       2 * 2 B T T d   (full T x T; the mask adds -1e9,
-                                                         nothing is skipped)
-        cross Q and output projections   2 * 2 B T d d
-        cross K and V projections        2 * 2 B S d d   (from the encoder output)
-        cross Q K^T and weights @ V      2 * 2 B T S d
-        feed-forward                     2 * 2 B T d f
-    final projection to the vocabulary   2 B T d V
-
-    Backward computes two products per forward product (gradient of the input
-    and of the weight, or of both operands for Q K^T and weights @ V), hence x 3.
-    Embedding lookups, softmax, layer norm, dropout, the loss and Adam are not
-    counted (they are not matmuls).
-    """
-    B, S, T, d, f, V = batch, src_len, tgt_len, cfg.d_model, cfg.dff, target_vocab
-    L = cfg.num_layers
-    enc_proj = L * 4 * 2 * B * S * d * d
-    enc_attn = L * 2 * 2 * B * S * S * d
-    enc_ffn = L * 2 * 2 * B * S * d * f
-    dec_proj = L * (4 * 2 * B * T * d * d + 2 * 2 * B * T * d * d + 2 * 2 * B * S * d * d)
-    dec_attn = L * (2 * 2 * B * T * T * d + 2 * 2 * B * T * S * d)
-    dec_ffn = L * 2 * 2 * B * T * d * f
-    final = 2 * B * T * d * V
-    forward = enc_proj + enc_attn + enc_ffn + dec_proj + dec_attn + dec_ffn + final
-    return {
-        "projections": 3 * (enc_proj + dec_proj),
-        "attention_qk_av": 3 * (enc_attn + dec_attn),
-        "feed_forward": 3 * (enc_ffn + dec_ffn),
-        "final_projection": 3 * final,
-        "forward": forward,
-        "train_step": 3 * forward,
-    }
-
-
-# ---------------------------------------------------------------------------
-# Contenders
-# ---------------------------------------------------------------------------
-
-
-class KerasHubTransformer(keras.Model):
-    """The same model on keras-hub's `TransformerEncoder`/`TransformerDecoder` blocks."""
-
-    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
-                 target_vocab_size, max_length, dropout_rate, **kwargs):
-        super().__init__(**kwargs)
-        import keras_hub
-
-        policy = self.dtype_policy
-        common = dict(intermediate_dim=dff, num_heads=num_heads, dropout=dropout_rate,
-                      activation="relu", layer_norm_epsilon=1e-6, normalize_first=False,
-                      dtype=policy)
-        self.enc_embedding = RefPositionalEmbedding(input_vocab_size, d_model, max_length,
-                                                    dtype=policy)
-        self.dec_embedding = RefPositionalEmbedding(target_vocab_size, d_model, max_length,
-                                                    dtype=policy)
-        self.enc_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
-        self.dec_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
-        self.enc_layers = [keras_hub.layers.TransformerEncoder(**common) for _ in range(num_layers)]
-        self.dec_layers = [keras_hub.layers.TransformerDecoder(**common) for _ in range(num_layers)]
-        self.final_layer = keras.layers.Dense(target_vocab_size, dtype=policy, name="final_layer")
-
-    def call(self, inputs, training=None):
-        context_tokens, x_tokens = inputs
-        src_keep = tf.not_equal(context_tokens, PAD_ID)  # (batch, input_len), True = attend
-        tgt_keep = tf.not_equal(x_tokens, PAD_ID)  # (batch, target_len)
-        context = self.enc_dropout(self.enc_embedding(context_tokens), training=training)
-        for layer in self.enc_layers:
-            context = layer(context, padding_mask=src_keep, training=training)
-        x = self.dec_dropout(self.dec_embedding(x_tokens), training=training)
-        for layer in self.dec_layers:
-            x = layer(x, context, decoder_padding_mask=tgt_keep, encoder_padding_mask=src_keep,
-                      training=training)
-        return tf.cast(self.final_layer(x), tf.float32)  # (batch, target_len, vocab)
-
-
-_BASELINE = {}  # the baseline's Transformer class, once `load_baseline` ran
-
-
-def load_baseline(revision: str):
-    """Imports `transformer/` as of git `revision` as the package `transformer_baseline`.
-
-    The files come from `git archive` into a temporary directory; their
-    `transformer` imports and Keras registrations are renamed so that both
-    versions live in one process and can be timed side by side (contender
-    `baseline`), with the baseline's own model, loss and optimizer.
-    """
-    import atexit
-    import re
-    import shutil
-    import tarfile
-    import tempfile
-
-    root = Path(tempfile.mkdtemp(prefix="train_speed_baseline_"))
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "transformer"],
-                             capture_output=True, check=False)
-    if archive.returncode:
-        raise SystemExit(f"git archive {revision} failed: {archive.stderr.decode().strip()}")
-    tar_path = root / "baseline.tar"
-    tar_path.write_bytes(archive.stdout)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(root, filter="data")
-    package = root / "transformer"
-    for path in package.rglob("*.py"):
-        text = path.read_text()
-        text = re.sub(r"\b(from|import) transformer\b", r"\1 transformer_baseline", text)
-        text = text.replace('package="transformer"', 'package="transformer_baseline"')
-        path.write_text(text)
-    package.rename(root / "transformer_baseline")
-    sys.path.insert(0, str(root))
-    import importlib
-
-    _BASELINE["Transformer"] = importlib.import_module("transformer_baseline.model").Transformer
-    training = importlib.import_module("transformer_baseline.training")
-    for name in ("MaskedLoss", "make_optimizer", "masked_accuracy"):
-        _BASELINE[name] = getattr(training, name)
-    _BASELINE["revision"] = revision
-
-
-def keras_hub_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("keras_hub") is not None
-
-
-def build_model(contender, cfg: TransformerConfig, work, precision):
-    """A contender, compiled the way train.py compiles ours.
-
-    `ours` trains with the library's `MaskedLoss`; `keras_mha` and `keras_hub`
-    with the tutorial's masked Keras cross-entropy (`tutorial_masked_loss`),
-    both at train.py's label smoothing. A `+our_loss` suffix gives a Keras
-    contender our `MaskedLoss` instead, so that only the models differ.
-    `baseline` uses the model, loss and optimizer of the baseline revision.
-    """
-    contender, _, variant = contender.partition("+")
-    kwargs = dict(
-        num_layers=cfg.num_layers, d_model=cfg.d_model, num_heads=cfg.num_heads, dff=cfg.dff,
-        input_vocab_size=work["input_vocab"], target_vocab_size=work["target_vocab"],
-        max_length=max(cfg.max_length, work["seq_len"] + 1), dropout_rate=cfg.dropout_rate,
-        dtype=precision,
-    )
-    if contender == "baseline":
-        model = _BASELINE["Transformer"](**kwargs)
-        model.compile(optimizer=_BASELINE["make_optimizer"](cfg.d_model),
-                      loss=_BASELINE["MaskedLoss"](LABEL_SMOOTHING),
-                      metrics=[_BASELINE["masked_accuracy"]])
-        return model
-    cls = {"ours": Transformer, "keras_mha": KerasMHATransformer,
-           "keras_hub": KerasHubTransformer}[contender]
-    model = cls(**kwargs)
-    if contender == "ours" or variant == "our_loss":
-        loss = MaskedLoss(LABEL_SMOOTHING)
-    else:
-        loss = tutorial_masked_loss(LABEL_SMOOTHING)
-    model.compile(optimizer=make_optimizer(cfg.d_model), loss=loss, metrics=[masked_accuracy])
-    return model
-
-
-def make_batch(work, seed=0):
-    """A batch with realistic padding: lengths uniform in [len/2, len], ids >= 4.
-
-    Returns `((context, target_in), target_out)` as int32 tensors, the target
-    starting with [START] and ending with [END] as the data pipeline makes it.
-    """
-    rng = np.random.default_rng(seed)
-    B, T = work["batch"], work["seq_len"]
-
-    def tokens(vocab, length, framed):
-        out = np.zeros((B, length), np.int32)
-        for row in range(B):
-            n = int(rng.integers(length // 2, length + 1))
-            out[row, :n] = rng.integers(4, vocab, n)
-            if framed:
-                out[row, 0], out[row, n - 1] = START_ID, END_ID
-        return out
-
-    context = tokens(work["input_vocab"], T, framed=True)
-    target = tokens(work["target_vocab"], T + 1, framed=True)
-    return (tf.constant(context), tf.constant(target[:, :-1])), tf.constant(target[:, 1:])
-
-
-def max_logit_difference(cfg, work):
-    """Max |logits(ours) - logits(reference)| with our weights copied in (float32, no dropout)."""
-    from reference_keras_mha import copy_weights_from_ours
-
-    keras.utils.set_random_seed(0)
-    small = dataclasses.replace(cfg)
-    ours = build_model("ours", small, work, "float32")
-    ref = build_model(REFERENCE, small, work, "float32")
-    (ctx, tin), _ = make_batch(work)
-    a = ours((ctx, tin), training=False)
-    ref((ctx, tin), training=False)
-    copy_weights_from_ours(ours, ref)
-    b = ref((ctx, tin), training=False)
-    return float(tf.reduce_max(tf.abs(a - b))), float(tf.reduce_max(tf.abs(a)))
-
-
-# ---------------------------------------------------------------------------
-# Timing
-# ---------------------------------------------------------------------------
-
-
-def matmul_dtype(precision):
-    """The dtype of a precision policy's matrix products."""
-    return {"mixed_bfloat16": tf.bfloat16, "mixed_float16": tf.float16}.get(precision, tf.float32)
-
-
-def paired_speedup(reference_times, times) -> float:
-    """Median over rounds of reference time / time: > 1 means faster than the reference."""
-    return float(np.median(np.asarray(reference_times) / np.asarray(times)))
-
-
-def matmul_ceiling_fn(precision):
-    dtype = matmul_dtype(precision)
-    a = tf.cast(tf.random.stateless_normal((CEILING_N, CEILING_N), seed=(1, 2)), dtype)
-    b = tf.cast(tf.random.stateless_normal((CEILING_N, CEILING_N), seed=(3, 4)), dtype)
-    @tf.function(autograph=False)
-    def matmul(a, b):
-        return tf.matmul(a, b)[:1, :1]  # a tiny result: the product itself is what is timed
-
-    def run():
-        matmul(a, b).numpy()
-
-    return run, 2.0 * CEILING_N**3
-
-
-def step_matmul_shapes(cfg: TransformerConfig, batch, src_len, tgt_len, target_vocab):
-    """The forward matmuls of one step as `(batch_dims, m, k, n)`, the shapes `step_flops` counts.
-
-    Projections and the feed-forward network are `(B*len, d) @ (d, out)`; the
-    attention products are batched over `B * heads` with per-head depth `d / h`.
-    """
-    B, S, T, d, f, V = batch, src_len, tgt_len, cfg.d_model, cfg.dff, target_vocab
-    h = cfg.num_heads
-    dh = d // h
-    layer_enc = [(1, B * S, d, d)] * 4 + [(B * h, S, dh, S), (B * h, S, S, dh),
-                                           (1, B * S, d, f), (1, B * S, f, d)]
-    layer_dec = ([(1, B * T, d, d)] * 4 + [(B * h, T, dh, T), (B * h, T, T, dh)]
-                 + [(1, B * T, d, d)] * 2 + [(1, B * S, d, d)] * 2
-                 + [(B * h, T, dh, S), (B * h, T, S, dh), (1, B * T, d, f), (1, B * T, f, d)])
-    return layer_enc * cfg.num_layers + layer_dec * cfg.num_layers + [(1, B * T, d, V)]
-
-
-def step_matmuls_fn(cfg, work, precision):
-    """Only the matmuls of one training step, at their real shapes, as one graph.
-
-    Every forward product `Y = A @ B` comes with the two of its gradient,
-    `dY @ B^T` and `A^T @ dY` (as TensorFlow computes them, with transpose
-    flags), so the FLOPs are exactly `step_flops(...)["train_step"]`. Timed in
-    the same rounds, it is the best a step could do if everything else were
-    free: the real upper bound of "of ceiling" at these matrix sizes.
-    """
-    dtype = matmul_dtype(precision)
-    shapes = step_matmul_shapes(cfg, work["batch"], work["seq_len"], work["seq_len"],
-                                work["target_vocab"])
-    rng = np.random.default_rng(0)
-
-    def rand(*shape):
-        return tf.constant(rng.standard_normal(shape, dtype=np.float32), dtype)
-
-    operands = []
-    flops = 0.0
-    for b, m, k, n in shapes:
-        lead = (b,) if b > 1 else ()
-        operands.append((rand(*lead, m, k), rand(*lead, k, n), rand(*lead, m, n)))
-        flops += 3 * 2.0 * b * m * k * n
-
-    @tf.function(autograph=False)
-    def matmuls():
-        outs = []
-        for a, w, dy in operands:
-            outs.append(tf.matmul(a, w)[..., :1, :1])  # forward
-            outs.append(tf.matmul(dy, w, transpose_b=True)[..., :1, :1])  # d/dA
-            outs.append(tf.matmul(a, dy, transpose_a=True)[..., :1, :1])  # d/dB
-        return tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32)) for o in outs])
-
-    def run():
-        matmuls().numpy()
-
-    return run, flops
-
-
-def train_step_fn(model, x, y):
-    """One `fit`-style training step on a fixed batch; returns when the step is done."""
-
-    def run():
-        model.train_on_batch(x, y)  # returns numpy logs, so the step has finished
-
-    return run
-
-
-def round_robin(items, warmup, rounds):
-    """Times `rounds` calls of every item, rotating the order each round, after `warmup` calls.
-
-    Returns `(wall, cpu)`: per item, the wall-clock seconds and the CPU seconds
-    of this process (all threads) of every timed call. On a machine shared with
-    other work, wall time measures what we got; CPU time measures the work done.
-    """
-    for fn in items.values():
-        for _ in range(warmup):
-            fn()
-    names = list(items)
-    wall = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    for r in range(rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            items[name]()
-            cpu[name].append(time.process_time() - start_cpu)
-            wall[name].append(time.perf_counter() - start)
-    return wall, cpu
-
-
-def load_average() -> float:
-    return os.getloadavg()[0]
 
 
 def bench_config(preset, precision, contenders, args):
@@ -501,7 +165,7 @@ def bench_config(preset, precision, contenders, args):
         result["contenders"][name] = entry
     if "baseline" in times and "ours" in times:
         result["ours_vs_baseline"] = {
-            "revision": _BASELINE.get("revision"),
+            "revision": baseline_revision(),
             "wall_paired_median": paired_speedup(times["baseline"], times["ours"]),
             "cpu_paired_median": paired_speedup(cpu["baseline"], cpu["ours"]),
         }
@@ -550,110 +214,6 @@ def measure_rss(contender, preset, precision):
         if line.startswith("RSS_JSON "):
             return json.loads(line[len("RSS_JSON "):])
     raise RuntimeError(f"memory child failed: {out.stderr[-2000:]}")
-
-
-# ---------------------------------------------------------------------------
-# Profile of one step (TF profiler, aggregated per op)
-# ---------------------------------------------------------------------------
-
-
-def _category(name, op):
-    lname = name.lower()
-    if re.search(r"/(query|key|value|attention_output)(_\d+)?/", lname):
-        # Keras's EinsumDense projections run as (batch) matmuls.
-        if "MatMul" in op or "Einsum" in op:
-            return "matmul: projections and feed-forward"
-    if op in ("_MklBatchMatMulV2", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "_MklEinsum"):
-        return "matmul: attention Q K^T and weights @ V"
-    if "MatMul" in op:
-        return "matmul: final vocabulary projection" if "final_layer" in lname else \
-            "matmul: projections and feed-forward"
-    if name.rstrip(":") == "CpuExecutable":
-        # An XLA-compiled function; in our step only the loss (training.py), forward and gradient.
-        return "loss (log-softmax, gather, masking)"
-    if "loss" in lname or op in ("LogSoftmax", "SparseSoftmaxCrossEntropyWithLogits"):
-        return "loss (log-softmax, gather, masking)"
-    if "final_layer" in lname or op == "BiasAddGrad":
-        return "bias add / bias gradients"
-    if "adam" in lname or "optimizer" in lname or op.startswith("Assign") or \
-            op.startswith("ResourceApply"):
-        return "optimizer (Adam)"
-    if "layernorm" in lname or "layer_norm" in lname:
-        return "layer norm"
-    if "dropout" in lname:
-        return "dropout"
-    if "embedding" in lname or op in ("UnsortedSegmentSum", "ResourceGather", "GatherV2"):
-        return "embedding lookup / gradient"
-    if "Softmax" in op or "softmax" in lname or "mha" in lname or "attention" in lname:
-        return "attention softmax, mask, scale, heads"
-    if "Transpose" in op or op == "Reshape":
-        return "transpose / reshape"
-    return "other"
-
-
-def profile_step(contender, preset, precision, out_dir: Path):
-    import collections
-    import glob
-    import shutil
-    import tempfile
-
-    cfg = PRESETS[preset]
-    work = WORKLOADS[preset]
-    (ctx, tin), tout = make_batch(work)
-    model = build_model(contender, cfg, work, precision)
-    for _ in range(3):
-        model.train_on_batch((ctx, tin), tout)
-    logdir = tempfile.mkdtemp(prefix="train_speed_profile_")
-    steps = 2
-    tf.profiler.experimental.start(logdir)
-    start = time.perf_counter()
-    for _ in range(steps):
-        model.train_on_batch((ctx, tin), tout)
-    wall = (time.perf_counter() - start) / steps
-    tf.profiler.experimental.stop()
-    try:
-        # The profiler's trace format; no public reader exists in TensorFlow 2.21.
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    except ImportError:
-        shutil.rmtree(logdir, ignore_errors=True)
-        return {"wall_s": wall, "error": "xplane_pb2 not importable"}
-    path = glob.glob(logdir + "/**/*.xplane.pb", recursive=True)[0]
-    space = xplane_pb2.XSpace()
-    space.ParseFromString(Path(path).read_bytes())
-    by_cat, by_op = collections.Counter(), collections.Counter()
-    for plane in space.planes:
-        meta = plane.event_metadata
-        for line in plane.lines:
-            if not line.name.startswith("tf_Compute"):
-                continue
-            for event in line.events:
-                full = meta[event.metadata_id].name
-                if ":" not in full:
-                    continue
-                name, op = full.rsplit(":", 1)
-                if op in ("Run", "Process") or name.startswith("__inference") or \
-                        name.rstrip(":") == "ExecutorState::ProcessAsync":  # wraps an XLA run
-                    continue
-                seconds = event.duration_ps / 1e12 / steps
-                by_cat[_category(name, op)] += seconds
-                by_op[op] += seconds
-    shutil.rmtree(logdir, ignore_errors=True)
-    total = sum(by_cat.values())
-    lines = [f"# Profile of one training step: {contender}, {preset}, {precision}",
-             f"wall time per step {wall:.3f} s; summed op time {total:.3f} s "
-             f"(ops run on {tf.config.threading.get_inter_op_parallelism_threads() or 'default'} "
-             "inter-op threads, so op time can exceed wall time); load "
-             f"{load_average():.2f}", "", "## By category"]
-    for cat, sec in by_cat.most_common():
-        lines.append(f"{sec:8.3f} s  {100 * sec / total:5.1f}%  {cat}")
-    lines += ["", "## Top op types"]
-    for op, sec in by_op.most_common(20):
-        lines.append(f"{sec:8.3f} s  {100 * sec / total:5.1f}%  {op}")
-    text = "\n".join(lines) + "\n"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"profile_{contender}_{preset}_{precision}.txt").write_text(text)
-    print(text)
-    return {"wall_s": wall, "op_seconds": dict(by_cat)}
 
 
 # ---------------------------------------------------------------------------
@@ -901,13 +461,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.child_rss:
-        child_rss(*args.child_rss)
-        return 0
-    default_precision = str(library_default_precision())
-    default_source = "transformer.run.default_precision()"
+def choose_runs(args):
+    """The presets, precisions and contenders to run, filling in the defaults of
+    `--quick` (and its warm-up and rounds) or of a full run in `args`."""
     if args.quick:
         presets = args.presets or ["tutorial"]
         precisions = args.precisions or ["float32"]
@@ -928,36 +484,32 @@ def main(argv=None):
     if "keras_hub" in contenders and not keras_hub_available():
         print("keras-hub is not installed: skipping it")
         contenders = [c for c in contenders if c != "keras_hub"]
+    return presets, precisions, contenders
 
-    info = machine_info()
-    print(f"machine: {info['cpu']}, {info['cores']} cores, avx512_bf16={info['avx512_bf16']}, "
-          f"amx_bf16={info['amx_bf16']}; TF {info['tensorflow']}, Keras {info['keras']}")
-    print(f"losses: ours MaskedLoss, reference the tutorial's masked Keras cross-entropy "
-          f"(label smoothing {LABEL_SMOOTHING}); default precision {default_precision} "
-          f"({default_source}); load {load_average():.2f}")
+
+def peak_memory(presets, precisions, contenders):
+    """Peak RSS per contender, preset and precision, each in a fresh process."""
     memory = {}
-    if not args.no_memory:
-        print(f"\n== peak resident memory (a fresh process per contender; this one is "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB) ==",
-              flush=True)
-        for preset in presets:
-            for precision in precisions:
-                for name in contenders:
-                    if name == "baseline":
-                        continue
-                    rss = measure_rss(name, preset, precision)
-                    memory[f"{name}/{preset}/{precision}"] = rss
-                    print(f"  {name:10s} {preset:9s} {precision:15s} VmHWM "
-                          f"{rss['vm_hwm_mib']:7.0f} MiB, ru_maxrss {rss['ru_maxrss_mib']:7.0f} MiB",
-                          flush=True)
+    print(f"\n== peak resident memory (a fresh process per contender; this one is "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB) ==",
+          flush=True)
+    for preset in presets:
+        for precision in precisions:
+            for name in contenders:
+                if name == "baseline":
+                    continue
+                rss = measure_rss(name, preset, precision)
+                memory[f"{name}/{preset}/{precision}"] = rss
+                print(f"  {name:10s} {preset:9s} {precision:15s} VmHWM "
+                      f"{rss['vm_hwm_mib']:7.0f} MiB, ru_maxrss {rss['ru_maxrss_mib']:7.0f} MiB",
+                      flush=True)
+    return memory
 
-    if "ours" in contenders and REFERENCE in contenders and not (args.quick or args.no_timing):
-        for preset in presets:
-            diff, scale = max_logit_difference(PRESETS[preset], WORKLOADS[preset])
-            print(f"equal math ({preset}): max |logits ours - reference| = {diff:.2e} "
-                  f"(max |logit| {scale:.1f})")
 
-    started = time.perf_counter()
+def timed_configs(args, presets, precisions, contenders):
+    """Every timed configuration: presets x precisions, then (in a full run) the
+    precisions side by side, then (with --model-only or in a full run) the
+    reference trained with our loss."""
     results = []
     for preset in presets if not args.no_timing else []:
         for precision in precisions:
@@ -985,6 +537,55 @@ def main(argv=None):
         res["precision"] = "model-only"
         results.append(res)
         print("\n".join(format_config(res)), flush=True)
+    return results
+
+
+def print_bars(results, default_precision):
+    print("\n== bars ==")
+    for text, value, value_cpu, ok, *best in bars(results, default_precision):
+        if "ceiling" in text:
+            shown = f"{value:.0%}, best {best[0]:.0%} (in CPU time {value_cpu:.0%})"
+        else:
+            shown = f"{value:.2f}x (in CPU time {value_cpu:.2f}x)"
+        print(f"  [{'met' if ok else 'NOT met'}] {text}: {shown}")
+
+
+def write_results(out: Path, payload, results):
+    """train_speed.json (everything) and train_speed_table.md (the tables) in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_speed.json").write_text(json.dumps(payload, indent=1))
+    table = []
+    for res in results:
+        table += format_config(res) + [""]
+    (out / "train_speed_table.md").write_text("\n".join(table))
+    print(f"wrote {out / 'train_speed.json'} and train_speed_table.md")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.child_rss:
+        child_rss(*args.child_rss)
+        return 0
+    default_precision = str(library_default_precision())
+    default_source = "transformer.run.default_precision()"
+    presets, precisions, contenders = choose_runs(args)
+
+    info = machine_info()
+    print(f"machine: {info['cpu']}, {info['cores']} cores, avx512_bf16={info['avx512_bf16']}, "
+          f"amx_bf16={info['amx_bf16']}; TF {info['tensorflow']}, Keras {info['keras']}")
+    print(f"losses: ours MaskedLoss, reference the tutorial's masked Keras cross-entropy "
+          f"(label smoothing {LABEL_SMOOTHING}); default precision {default_precision} "
+          f"({default_source}); load {load_average():.2f}")
+    memory = {} if args.no_memory else peak_memory(presets, precisions, contenders)
+
+    if "ours" in contenders and REFERENCE in contenders and not (args.quick or args.no_timing):
+        for preset in presets:
+            diff, scale = max_logit_difference(PRESETS[preset], WORKLOADS[preset])
+            print(f"equal math ({preset}): max |logits ours - reference| = {diff:.2e} "
+                  f"(max |logit| {scale:.1f})")
+
+    started = time.perf_counter()
+    results = timed_configs(args, presets, precisions, contenders)
 
     profiles = {}
     if not args.no_profile:
@@ -999,28 +600,16 @@ def main(argv=None):
         print("\n== scaling (tutorial preset, float32) ==", flush=True)
         scaling_results = scaling(args, "float32", args.out)
 
-    print("\n== bars ==")
-    for text, value, value_cpu, ok, *best in bars(results, default_precision):
-        if "ceiling" in text:
-            shown = f"{value:.0%}, best {best[0]:.0%} (in CPU time {value_cpu:.0%})"
-        else:
-            shown = f"{value:.2f}x (in CPU time {value_cpu:.2f}x)"
-        print(f"  [{'met' if ok else 'NOT met'}] {text}: {shown}")
+    print_bars(results, default_precision)
     print(f"\ntotal {time.perf_counter() - started:.0f} s, load {load_average():.2f}")
 
     if not (args.quick or args.no_timing):
-        args.out.mkdir(parents=True, exist_ok=True)
         payload = {"machine": info, "default_precision": default_precision,
                    "default_precision_source": default_source,
                    "label_smoothing": LABEL_SMOOTHING, "configs": results,
                    "peak_rss_mib": memory, "profiles": profiles, "scaling": scaling_results,
                    "command": " ".join(sys.argv)}
-        (args.out / "train_speed.json").write_text(json.dumps(payload, indent=1))
-        table = []
-        for res in results:
-            table += format_config(res) + [""]
-        (args.out / "train_speed_table.md").write_text("\n".join(table))
-        print(f"wrote {args.out / 'train_speed.json'} and train_speed_table.md")
+        write_results(args.out, payload, results)
     return 0
 
 

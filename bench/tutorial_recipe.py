@@ -63,6 +63,8 @@ from transformer.run import evaluation as _scoring  # noqa: E402,F401 - loaded n
 from transformer.training import make_optimizer, masked_accuracy  # noqa: E402
 
 TUTORIAL_MAX_TOKENS = 128  # the tutorial's MAX_TOKENS
+# The tutorial's model sizes.
+NUM_LAYERS, D_MODEL, NUM_HEADS, DFF, DROPOUT = 4, 128, 8, 512, 0.1
 
 
 def _greedy_loop(next_token, batch, max_length):
@@ -182,7 +184,7 @@ class EpochTimer(keras.callbacks.Callback):
         self.seconds.append(round(time.perf_counter() - self._start, 1))
 
 
-def main(argv=None):
+def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--valid", required=True)
@@ -205,58 +207,101 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=10)
     parser.add_argument("--json", default=None, help="write the results here")
-    args = parser.parse_args(argv)
+    return parser
 
-    num_layers, d_model, num_heads, dff, dropout = 4, 128, 8, 512, 0.1
-    key_dim = d_model if args.key_dim == "d_model" else d_model // num_heads
-    keras.mixed_precision.set_global_policy("float32")
-    keras.utils.set_random_seed(args.seed)
-    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    machine_start = machine()
 
+def prepare_data(args):
+    """The corpus, its WordPiece tokenizers (and the seconds they took) and the
+    training and validation batches, as the tutorial prepares them."""
     corpus = load_corpus(data=args.data, valid=args.valid, test=args.test, seed=args.seed)
     t0 = time.perf_counter()
     tokenizers = build_tokenizers(corpus.train, args.vocab_size, kind="wordpiece")
     tokenizer_seconds = time.perf_counter() - t0
-    src_vocab = int(tokenizers.source.get_vocab_size())
-    tgt_vocab = int(tokenizers.target.get_vocab_size())
     train_tokens = tokenize_pairs(corpus.train, tokenizers, TUTORIAL_MAX_TOKENS)
     valid_tokens = tokenize_pairs(corpus.valid, tokenizers, TUTORIAL_MAX_TOKENS)
     train_ds = batches_from_tokens(train_tokens, args.batch_size, shuffle=True, seed=args.seed)
     valid_ds = batches_from_tokens(valid_tokens, args.batch_size, shuffle=False)
     if args.steps_per_epoch:
         train_ds = train_ds.repeat()
+    return corpus, tokenizers, tokenizer_seconds, train_ds, valid_ds
 
-    keras.utils.set_random_seed(args.seed)
+
+def build_model(args, parser, key_dim, src_vocab, tgt_vocab):
+    """The model `--model` names, compiled the tutorial's way, and its decoding function."""
     if args.model == "tutorial":
         if args.key_dim != "d_model":
             parser.error("--model tutorial has the tutorial's key_dim=d_model only")
-        model = TutorialTransformer(num_layers, d_model, num_heads, dff, src_vocab, tgt_vocab,
-                                    dropout_rate=dropout)
+        model = TutorialTransformer(NUM_LAYERS, D_MODEL, NUM_HEADS, DFF, src_vocab, tgt_vocab,
+                                    dropout_rate=DROPOUT)
         translate = greedy_translate_tutorial
     else:
-        model = KerasMHATransformer(num_layers, d_model, num_heads, dff, src_vocab, tgt_vocab,
-                                    dropout_rate=dropout, key_dim=key_dim)
+        model = KerasMHATransformer(NUM_LAYERS, D_MODEL, NUM_HEADS, DFF, src_vocab, tgt_vocab,
+                                    dropout_rate=DROPOUT, key_dim=key_dim)
         translate = greedy_translate
     model.compile(
-        optimizer=make_optimizer(d_model, args.warmup_steps),  # CustomSchedule + Adam
+        optimizer=make_optimizer(D_MODEL, args.warmup_steps),  # CustomSchedule + Adam
         loss=tutorial_masked_loss(args.label_smoothing),
         metrics=[masked_accuracy],
         jit_compile=False,
     )
-    (context, x), _ = next(iter(train_ds))
-    model((context, x))
-    params = model.count_params()
-    print(f"reference model key_dim={key_dim}: {params:,} parameters; vocab {src_vocab}/"
-          f"{tgt_vocab}; {len(corpus.train)} training pairs", flush=True)
+    return model, translate
 
+
+def train(model, args, train_ds, valid_ds):
+    """`model.fit` with one validation pass per epoch; its times, steps and history."""
     timer = EpochTimer()
     t0, cpu0 = time.perf_counter(), time.process_time()
     history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                         validation_data=valid_ds, callbacks=[timer], verbose=2)
     train_seconds = time.perf_counter() - t0
     train_cpu_seconds = time.process_time() - cpu0
-    steps = int(model.optimizer.iterations.numpy())
+    return {
+        "train_seconds": round(train_seconds, 1),
+        "train_cpu_seconds": round(train_cpu_seconds, 1),
+        "epoch_seconds": timer.seconds,
+        "steps": int(model.optimizer.iterations.numpy()),
+        "history": {k: [round(float(v), 4) for v in vals] for k, vals in history.history.items()},
+    }
+
+
+def settings(args, key_dim, src_vocab, tgt_vocab, params):
+    """The settings of the run, as its JSON records them."""
+    return {
+        "model": ("bench/tutorial_model.TutorialTransformer" if args.model == "tutorial"
+                  else "bench/reference_keras_mha.KerasMHATransformer"),
+        "num_layers": NUM_LAYERS, "d_model": D_MODEL, "num_heads": NUM_HEADS,
+        "dff": DFF, "dropout_rate": DROPOUT, "key_dim": key_dim,
+        "warmup_steps": args.warmup_steps, "label_smoothing": args.label_smoothing,
+        "batch_size": args.batch_size, "epochs": args.epochs,
+        "steps_per_epoch": args.steps_per_epoch, "vocab_size_limit": args.vocab_size,
+        "source_vocab": src_vocab, "target_vocab": tgt_vocab, "parameters": params,
+        "max_decode": args.max_decode, "seed": args.seed,
+    }
+
+
+def main(argv=None):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+
+    key_dim = D_MODEL if args.key_dim == "d_model" else D_MODEL // NUM_HEADS
+    keras.mixed_precision.set_global_policy("float32")
+    keras.utils.set_random_seed(args.seed)
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    machine_start = machine()
+
+    corpus, tokenizers, tokenizer_seconds, train_ds, valid_ds = prepare_data(args)
+    src_vocab = int(tokenizers.source.get_vocab_size())
+    tgt_vocab = int(tokenizers.target.get_vocab_size())
+
+    keras.utils.set_random_seed(args.seed)
+    model, translate = build_model(args, parser, key_dim, src_vocab, tgt_vocab)
+    (context, x), _ = next(iter(train_ds))
+    model((context, x))
+    params = model.count_params()
+    print(f"reference model key_dim={key_dim}: {params:,} parameters; vocab {src_vocab}/"
+          f"{tgt_vocab}; {len(corpus.train)} training pairs", flush=True)
+
+    training = train(model, args, train_ds, valid_ds)
     machine_after_train = machine()
 
     t0 = time.perf_counter()
@@ -279,23 +324,9 @@ def main(argv=None):
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "precision": "float32",
-        "settings": {
-            "model": ("bench/tutorial_model.TutorialTransformer" if args.model == "tutorial"
-                      else "bench/reference_keras_mha.KerasMHATransformer"),
-            "num_layers": num_layers, "d_model": d_model, "num_heads": num_heads,
-            "dff": dff, "dropout_rate": dropout, "key_dim": key_dim,
-            "warmup_steps": args.warmup_steps, "label_smoothing": args.label_smoothing,
-            "batch_size": args.batch_size, "epochs": args.epochs,
-            "steps_per_epoch": args.steps_per_epoch, "vocab_size_limit": args.vocab_size,
-            "source_vocab": src_vocab, "target_vocab": tgt_vocab, "parameters": params,
-            "max_decode": args.max_decode, "seed": args.seed,
-        },
+        "settings": settings(args, key_dim, src_vocab, tgt_vocab, params),
         "tokenizer_seconds": round(tokenizer_seconds, 1),
-        "train_seconds": round(train_seconds, 1),
-        "train_cpu_seconds": round(train_cpu_seconds, 1),
-        "epoch_seconds": timer.seconds,
-        "steps": steps,
-        "history": {k: [round(float(v), 4) for v in vals] for k, vals in history.history.items()},
+        **training,
         "decode_seconds": round(decode_seconds, 1),
         "test": bleu_all_ways(texts, references),
         "lengths": length_report(out_lengths, in_lengths, args.max_decode),

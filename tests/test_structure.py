@@ -1,10 +1,12 @@
-"""The package's shape, read from its source with `ast` (nothing is imported).
+"""The package's shape (and the size of bench/'s scripts), read from the source
+with `ast` (nothing is imported).
 
-No module over 650 lines, no function over 90 lines of code (argparse
-declarations aside), no import cycle between the modules of `transformer`,
-at most 4 imports of `transformer` modules inside functions, and the console
-scripts of pyproject.toml point at modules with a `main`. docs/design.md
-states the same three limits, and so does this docstring (both are checked).
+No module over 650 lines and no function over 90 lines of code (argparse
+declarations aside), in `transformer` and in `bench/` (subfolders included);
+no import cycle between the modules of `transformer`, at most 4 imports of
+`transformer` modules inside functions, and the console scripts of
+pyproject.toml point at modules with a `main`. docs/design.md states the same
+three limits, and so does this docstring (both are checked).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "transformer"
+BENCH = REPO / "bench"
 
 MAX_MODULE_LINES = 650
 MAX_FUNCTION_CODE_LINES = 90
@@ -37,6 +40,11 @@ def _modules() -> dict[str, Path]:
             parts.pop()
         modules[".".join(parts)] = path
     return modules
+
+
+def _sized_files() -> list[Path]:
+    """The files the size limits apply to: the package's modules and bench/'s scripts."""
+    return [*_modules().values(), *sorted(BENCH.rglob("*.py"))]
 
 
 def _relative(path: Path) -> str:
@@ -162,10 +170,16 @@ def test_no_experiment_figures_in_the_library():
     assert found == []
 
 
+def test_the_size_limits_cover_the_package_and_the_bench_scripts():
+    checked = {_relative(path) for path in _sized_files()}
+    assert {"transformer/run/trainer.py", "bench/train_speed.py",
+            "bench/peer_joeynmt/run.py"} <= checked
+
+
 def test_no_module_over_the_line_limit():
     over = {
         _relative(path): len(path.read_text(encoding="utf-8").splitlines())
-        for path in _modules().values()
+        for path in _sized_files()
         if len(path.read_text(encoding="utf-8").splitlines()) > MAX_MODULE_LINES
     }
     assert set(over) - _KNOWN_OVER_LIMIT == set(), over
@@ -173,7 +187,7 @@ def test_no_module_over_the_line_limit():
 
 def test_no_function_over_the_line_limit():
     over = {}
-    for path in _modules().values():
+    for path in _sized_files():
         source = path.read_text(encoding="utf-8")
         lines = source.splitlines()
         for function in _functions(ast.parse(source)):
