@@ -17,12 +17,21 @@ text:
 - milestones (`<l/>`, `<lg/>`, `<lb/>`, `<div/>`, `<chapter/>`, `<milestone/>`)
   separate words; the end of a book (`<div type="book" eID=...>`) ends the
   verse, since the WEB appends its glossary to Revelation 22:21;
-- entities are unescaped and runs of white space become one space.
+- entities are unescaped and runs of white space become one space;
+- the Spanish capitals at chapter starts ("EN el principio") take their usual
+  case ("En el principio").
 
 Module headings and verse 0 (book and chapter introductions) are not verses.
-Verses present in both modules with text on both sides are paired and split by
-the SHA-256 of their reference ("Genesis 1:1"), so the same verse always lands
-in the same file: 4% each for validation and test, the rest for training.
+Verses present in both modules (not the WEB's deuterocanonical books) are
+paired. The Reina-Valera follows the Hebrew numbering in a few chapters
+(Numbers 13:1 is the English 12:16), where a pair would join two different
+verses; chapters and runs of verses whose lengths match better one to three
+verses apart are left out (`misnumbered_verses`), and so are verses empty on
+one side and pairs whose word counts differ more than 2.5 times. The pairs are
+split by the SHA-256 of their reference ("Genesis 1:1"), so the same verse
+always lands in the same file: 4% each for validation and test, the rest for
+training. `--list-tags` lists the OSIS elements of the verses and how each is
+treated.
 
 Example:
 
@@ -58,14 +67,18 @@ INLINE = {
 # Layout elements (mostly milestones) that stand between words.
 BLOCK = {"l", "lg", "lb", "div", "chapter", "milestone", "list", "p", "verse", "cell", "row"}
 
-# Alignment checks (see misnumbered_chapters and drop_misaligned).
+# Alignment checks (see misnumbered_verses and drop_misaligned).
+SHIFTS = (-3, -2, -1, 1, 2, 3)
 MIN_CHAPTER = 10
-SHIFT_GAP = 0.2
+CHAPTER_GAP = 0.2
+WINDOW = 6
+WINDOW_GAP = 0.45
 MAX_RATIO = 2.5
 
 OPENING = "([{“‘«¿¡"
 CLOSING = ".,;:!?)]}”’»…"
 
+_WORD = re.compile(r"[^\W\d_]+")
 _KEY = re.compile(r"(?P<book>.+) (?P<chapter>\d+):(?P<verse>\d+)")
 _TOKEN = re.compile(r"<(/?)([A-Za-z][\w.:-]*)([^<>]*?)(/?)>|([^<]+|<)")
 
@@ -184,14 +197,20 @@ def _needs_space(before: str, after: str) -> bool:
     return last not in OPENING and first not in CLOSING
 
 
-def tag_inventory(texts) -> collections.Counter:
-    """Counts the element names that occur in the given markup strings."""
+def tag_inventory(texts) -> list[str]:
+    """Lines naming each element that occurs in the markup strings, its count and how
+    strip_osis treats it (for `--list-tags`, to check a new version of a module)."""
     names: collections.Counter = collections.Counter()
     for text in texts:
         for match in _TOKEN.finditer(text):
             if match[2] and not match[1]:
                 names[match[2]] += 1
-    return names
+    treatment = {**dict.fromkeys(DROPPED, "dropped with its text"),
+                 "title": "dropped with its text unless canonical=\"true\"",
+                 **dict.fromkeys(INLINE, "tags dropped, text kept"),
+                 **dict.fromkeys(BLOCK, "word boundary")}
+    return [f"{name}\t{count}\t{treatment.get(name, 'UNKNOWN: word boundary, text kept')}"
+            for name, count in names.most_common()]
 
 
 def split_of(reference: str, share: float) -> str:
@@ -219,59 +238,108 @@ def pair_verses(spanish: dict[str, str], english: dict[str, str], unknown=None):
     return pairs, unpaired
 
 
-def _length_gap(rows: dict[int, tuple[int, int]], shift: int) -> float:
-    """Mean |log| ratio of the word counts of Spanish verse v and English verse v + shift."""
+def recase_chapter_openings(pairs):
+    """Returns the pairs with the Spanish capitals at chapter starts in their usual case.
+
+    The Reina-Valera prints the first word of each chapter in capitals ("EN el
+    principio", "Y FUERON acabados"); in verse 1 the first all-capital word of
+    two or more letters takes the casing the word has most often inside
+    sentences elsewhere ("Jehová", "fueron"; lower case for a word seen
+    nowhere else), with a capital at the start of a sentence.
+    """
+    casings: collections.Counter = collections.Counter()
+    for _, source, _ in pairs:
+        for match in _WORD.finditer(source):
+            before = source[:match.start()].rstrip()
+            if before and (before[-1].isalpha() or before[-1] == ",") and not match[0].isupper():
+                casings[match[0]] += 1
+    usual: dict[str, str] = {}
+    for word, _ in casings.most_common():
+        usual.setdefault(word.lower(), word)
+    recased = []
+    for reference, source, target in pairs:
+        match = next((m for m in _WORD.finditer(source) if len(m[0]) > 1 and m[0].isupper()), None)
+        if reference.endswith(":1") and match is not None:
+            word = usual.get(match[0].lower(), match[0].lower())
+            before = source[:match.start()].rstrip(" ¡¿“‘(")
+            if not before or before[-1] in ".!?":
+                word = word[0].upper() + word[1:]
+            source = source[:match.start()] + word + source[match.end():]
+        recased.append((reference, source, target))
+    return recased
+
+
+def _length_gap(rows: dict[int, tuple[int, int]], verses, shift: int, missing: int) -> float:
+    """Mean |log| ratio of the word counts of Spanish verse v and English verse v + shift
+    over the `verses` with text on both sides; infinite when more than `missing` of
+    them have no v + shift."""
+    compared = [verse for verse in verses if all(rows[verse])]
     gaps = [
-        abs(math.log((rows[verse + shift][1] + 1) / (spanish + 1)))
-        for verse, (spanish, _) in rows.items()
+        abs(math.log((rows[verse + shift][1] + 1) / (rows[verse][0] + 1)))
+        for verse in compared
         if verse + shift in rows
     ]
-    return sum(gaps) / len(gaps) if gaps else 0.0
+    return sum(gaps) / len(gaps) if gaps and len(gaps) >= len(compared) - missing else math.inf
 
 
-def misnumbered_chapters(pairs) -> set[tuple[str, str]]:
-    """Returns the (book, chapter) pairs whose verses the two modules number differently.
+def _shifted(rows, verses, min_gap: float, factor: float, missing: int) -> bool:
+    """Whether `verses` match badly (mean gap at least `min_gap`) and a shift of one side by
+    1 to 3 verses makes the gap `factor` times smaller or less."""
+    gap = _length_gap(rows, verses, 0, 0)
+    if gap < min_gap:
+        return False
+    return min(_length_gap(rows, verses, shift, missing) for shift in SHIFTS) < factor * gap
 
-    The Reina-Valera module follows the Hebrew numbering in some chapters
-    (Numbers 13:1 is the English 12:16, Jonah 2:1 the English 1:17). There
-    the lengths of verse v on one side match verse v + 1 (or v - 3) on the
-    other better than verse v: a chapter of at least MIN_CHAPTER verses whose
-    mean length gap is at least SHIFT_GAP and falls by a fifth or more when
-    one side moves by 1 to 3 verses is left out whole.
+
+def misnumbered_verses(pairs) -> tuple[set[str], set[tuple[str, str]]]:
+    """Returns the references of the verses the two modules number differently, and the
+    chapters left out whole.
+
+    The Reina-Valera module follows the Hebrew numbering in some places
+    (Numbers 13:1 is the English 12:16, Jonah 2:1 the English 1:17, from
+    1 Chronicles 21:16 on one verse is split differently). There the length of
+    verse v on one side matches verse v + 1 (or v - 3) on the other better than
+    verse v. With the gap the mean |log| ratio of the word counts: a chapter of
+    at least MIN_CHAPTER verses whose gap is CHAPTER_GAP or more and shrinks by
+    a fifth when one side is shifted goes whole; so does any run of WINDOW
+    verses whose gap is WINDOW_GAP or more and shrinks by 40% when shifted.
     """
     chapters: dict[tuple[str, str], dict[int, tuple[int, int]]] = collections.defaultdict(dict)
     for reference, source, target in pairs:
         match = _KEY.fullmatch(reference)
         chapter = chapters[match["book"], match["chapter"]]
         chapter[int(match["verse"])] = (len(source.split()), len(target.split()))
-    flagged = set()
-    for key, rows in chapters.items():
-        gap = _length_gap(rows, 0)
-        if len(rows) < MIN_CHAPTER or gap < SHIFT_GAP:
+    whole, flagged = set(), set()
+    for (book, number), rows in chapters.items():
+        verses = sorted(rows)
+        if len(verses) >= MIN_CHAPTER and _shifted(rows, verses, CHAPTER_GAP, 0.8, 3):
+            whole.add((book, number))
+            flagged.update(f"{book} {number}:{verse}" for verse in verses)
             continue
-        if min(_length_gap(rows, shift) for shift in (-3, -2, -1, 1, 2, 3)) < 0.8 * gap:
-            flagged.add(key)
-    return flagged
+        for start in range(max(len(verses) - WINDOW + 1, 1)):
+            window = verses[start:start + WINDOW]
+            if _shifted(rows, window, WINDOW_GAP, 0.6, 1):
+                flagged.update(f"{book} {number}:{verse}" for verse in window)
+    return flagged, whole
 
 
 def drop_misaligned(pairs):
-    """Leaves out misnumbered chapters, empty verses and pairs whose word counts differ more
+    """Leaves out misnumbered verses, empty verses and pairs whose word counts differ more
     than MAX_RATIO times."""
-    flagged = misnumbered_chapters(pairs)
-    kept, chapter_drops, empty, ratio_drops = [], 0, 0, 0
+    flagged, whole = misnumbered_verses(pairs)
+    kept, empty, ratio_drops = [], 0, 0
     for reference, source, target in pairs:
-        match = _KEY.fullmatch(reference)
         ratio = (len(target.split()) + 1) / (len(source.split()) + 1)
-        if (match["book"], match["chapter"]) in flagged:
-            chapter_drops += 1
-        elif not source or not target:
+        if reference in flagged:
+            continue
+        if not source or not target:
             empty += 1
         elif not 1 / MAX_RATIO <= ratio <= MAX_RATIO:
             ratio_drops += 1
         else:
             kept.append((reference, source, target))
-    print(f"left out {chapter_drops} verses of {len(flagged)} chapters numbered differently"
-          f" ({', '.join(' '.join(key) for key in sorted(flagged))}), {empty} empty on one side"
+    print(f"left out {len(flagged)} verses numbered differently (whole chapters: "
+          f"{', '.join(' '.join(key) for key in sorted(whole))}), {empty} empty on one side"
           f" and {ratio_drops} whose lengths differ more than {MAX_RATIO} times")
     return kept
 
@@ -303,6 +371,10 @@ def build(args: argparse.Namespace) -> None:
     else:
         texts = [run_mod2imp(SPANISH_MODULE), run_mod2imp(ENGLISH_MODULE)]
     (spanish, skipped_es), (english, skipped_en) = (parse_imp(text) for text in texts)
+    if args.list_tags:
+        for language, verses in (("Spanish", spanish), ("English", english)):
+            print(f"{language} verses:\n  " + "\n  ".join(tag_inventory(verses.values())))
+        return
     for language, skipped in (("Spanish", skipped_es), ("English", skipped_en)):
         print(f"{language}: skipped {sum(skipped.values())} entries "
               f"({skipped['heading']} headings, {skipped['verse 0']} verse-0 introductions)")
@@ -312,7 +384,7 @@ def build(args: argparse.Namespace) -> None:
         print("unknown tags, text kept: " + ", ".join(f"{n} ({c})" for n, c in unknown.items()))
     print(f"{len(pairs)} verses in both; {unpaired['only in Spanish']} only in Spanish, "
           f"{unpaired['only in English']} only in English")
-    pairs = drop_misaligned(pairs)
+    pairs = recase_chapter_openings(drop_misaligned(pairs))
     splits = write_splits(pairs, args.output, args.share)
     for name, rows in splits.items():
         print(f"{name}.tsv: {len(rows)} pairs, mean words {_mean_words(s for s, _ in rows):.1f} "
@@ -322,15 +394,19 @@ def build(args: argparse.Namespace) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, required=True,
+    parser.add_argument("--output", type=Path,
                         help="directory for train.tsv, valid.tsv and test.tsv")
     parser.add_argument("--spanish-imp", type=Path,
                         help="read the Spanish side from this mod2imp output instead of mod2imp")
     parser.add_argument("--english-imp", type=Path,
                         help="read the English side from this mod2imp output instead of mod2imp")
+    parser.add_argument("--list-tags", action="store_true",
+                        help="only list the OSIS elements in the verses and how each is treated")
     parser.add_argument("--share", type=float, default=0.04,
                         help="fraction of the verses in each of valid and test (default 0.04)")
     args = parser.parse_args(argv)
+    if args.output is None and not args.list_tags:
+        parser.error("the following arguments are required: --output")
     if not 0 < args.share < 0.5:
         parser.error(f"--share must be between 0 and 0.5, got {args.share}")
     return args

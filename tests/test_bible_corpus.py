@@ -67,6 +67,15 @@ def test_strip_gives_the_exact_verse_text(side):
     assert not unknown
 
 
+def test_tag_inventory_names_each_treatment():
+    _, english = _texts()
+    lines = corpus.tag_inventory([*english.values(), "<foo>bar</foo>"])
+    assert "note\t4\tdropped with its text" in lines
+    assert "w\t23\ttags dropped, text kept" in lines
+    assert "l\t3\tword boundary" in lines
+    assert lines[-1] == "foo\t1\tUNKNOWN: word boundary, text kept"
+
+
 def test_pairs_only_verses_in_both():
     spanish, english = _texts()
     pairs, unpaired = corpus.pair_verses(spanish, english)
@@ -74,13 +83,38 @@ def test_pairs_only_verses_in_both():
     assert unpaired == {"only in Spanish": 0, "only in English": 1}
 
 
-def test_a_chapter_numbered_one_verse_apart_is_left_out():
+def test_chapter_openings_in_capitals_take_their_usual_case():
+    pairs = [
+        ("Genesis 1:1", "EN el principio crió Dios los cielos.", "x"),
+        ("Genesis 1:2", "Y en el día dijo Jehová: Sea.", "x"),
+        ("Genesis 2:1", "Y JEHOVÁ dijo: NO. Y FUERON acabados.", "x"),
+        ("Genesis 3:1", "Salmo de David. ¡OH Jehová!", "x"),
+        ("Genesis 3:2", "Y FUERON acabados.", "x"),
+    ]
+    assert [source for _, source, _ in corpus.recase_chapter_openings(pairs)] == [
+        "En el principio crió Dios los cielos.",
+        "Y en el día dijo Jehová: Sea.",
+        "Y Jehová dijo: NO. Y FUERON acabados.",
+        "Salmo de David. ¡Oh Jehová!",
+        "Y FUERON acabados.",
+    ]
+
+
+def test_verses_numbered_apart_are_left_out():
     lengths = [3, 20, 5, 30, 4, 25, 6, 18, 3, 22, 5, 28]
     aligned = [(f"Job 1:{v + 1}", "x " * n, "y " * n) for v, n in enumerate(lengths)]
+    # Job 2 is one verse apart throughout; Job 3 from verse 13 on.
     shifted = [(f"Job 2:{v + 1}", "x " * n, "y " * m)
                for v, (n, m) in enumerate(zip(lengths, [9, *lengths[:-1]], strict=True))]
-    assert corpus.misnumbered_chapters(aligned + shifted) == {("Job", "2")}
-    assert len(corpus.drop_misaligned(aligned + shifted)) == len(lengths)
+    tail = [(f"Job 3:{v + 1}", "x " * n, "y " * n) for v, n in enumerate(lengths)]
+    tail += [(f"Job 3:{v + 13}", "x " * n, "y " * m)
+             for v, (n, m) in enumerate(zip(lengths, [9, *lengths[:-1]], strict=True))]
+    flagged, whole = corpus.misnumbered_verses(aligned + shifted + tail)
+    assert whole == {("Job", "2")}
+    # Runs of six verses are checked, so a few aligned verses next to the shift go too.
+    assert {ref for ref in flagged if ref.startswith("Job 3:")} == {
+        f"Job 3:{v}" for v in range(10, 25)}
+    assert len(corpus.drop_misaligned(aligned + shifted + tail)) == 12 + 9
 
 
 def _run(args, env=None):
@@ -99,8 +133,10 @@ def test_split_is_by_reference_hash_and_reproducible(tmp_path):
         files[split] = (tmp_path / "a" / f"{split}.tsv").read_bytes()
         assert files[split] == (tmp_path / "b" / f"{split}.tsv").read_bytes()
     rows = {split: data.decode("utf-8").splitlines() for split, data in files.items()}
-    assert rows["valid"] == [SPANISH["Genesis 1:1"] + "\t" + ENGLISH["Genesis 1:1"]]
-    assert rows["test"] == [f"{SPANISH[r]}\t{ENGLISH[r]}" for r in ("Psalms 3:1", "Psalms 3:2")]
+    assert rows["valid"] == ["En el principio crió Dios los cielos y la tierra.\t"
+                             + ENGLISH["Genesis 1:1"]]
+    assert rows["test"] == [f"Salmo de David. ¡Oh Jehová!\t{ENGLISH['Psalms 3:1']}",
+                            f"{SPANISH['Psalms 3:2']}\t{ENGLISH['Psalms 3:2']}"]
     assert len(rows["train"]) == 2
     assert all(line.count("\t") == 1 for lines in rows.values() for line in lines)
     assert corpus.split_of("Genesis 1:1", 0.25) == "valid"
