@@ -19,7 +19,8 @@ text:
   verse, since the WEB appends its glossary to Revelation 22:21;
 - entities are unescaped and runs of white space become one space;
 - the Spanish capitals at chapter starts ("EN el principio") take their usual
-  case ("En el principio").
+  case ("En el principio"), and the Spanish colophons of the epistles ("Amén.
+  Escrita de Roma con Epafrodito.") go, as the WEB has none.
 
 Module headings and verse 0 (book and chapter introductions) are not verses.
 Verses present in both modules (not the WEB's deuterocanonical books) are
@@ -78,6 +79,7 @@ MAX_RATIO = 2.5
 OPENING = "([{“‘«¿¡"
 CLOSING = ".,;:!?)]}”’»…"
 
+_COLOPHON = re.compile(r"(Amén\.) [^.]*\b(?:[Ee]scrita|[Ee]nviada)\b[^.]*\.$")
 _WORD = re.compile(r"[^\W\d_]+")
 _KEY = re.compile(r"(?P<book>.+) (?P<chapter>\d+):(?P<verse>\d+)")
 _TOKEN = re.compile(r"<(/?)([A-Za-z][\w.:-]*)([^<>]*?)(/?)>|([^<]+|<)")
@@ -238,6 +240,23 @@ def pair_verses(spanish: dict[str, str], english: dict[str, str], unknown=None):
     return pairs, unpaired
 
 
+def drop_colophons(pairs):
+    """Returns the pairs without the Spanish colophons of the epistles.
+
+    The Reina-Valera ends the last verse of most epistles with a note on where
+    the letter was written ("... Amén. Escrita de Roma con Epafrodito."), which
+    the World English Bible does not have; in the last verse of a book, what
+    follows "Amén." and says "escrita" or "enviada" goes.
+    """
+    books = [_KEY.fullmatch(reference)["book"] for reference, _, _ in pairs]
+    trimmed = []
+    for index, (reference, source, target) in enumerate(pairs):
+        if index + 1 == len(pairs) or books[index + 1] != books[index]:
+            source = _COLOPHON.sub(r"\1", source)
+        trimmed.append((reference, source, target))
+    return trimmed
+
+
 def recase_chapter_openings(pairs):
     """Returns the pairs with the Spanish capitals at chapter starts in their usual case.
 
@@ -384,7 +403,7 @@ def build(args: argparse.Namespace) -> None:
         print("unknown tags, text kept: " + ", ".join(f"{n} ({c})" for n, c in unknown.items()))
     print(f"{len(pairs)} verses in both; {unpaired['only in Spanish']} only in Spanish, "
           f"{unpaired['only in English']} only in English")
-    pairs = recase_chapter_openings(drop_misaligned(pairs))
+    pairs = recase_chapter_openings(drop_misaligned(drop_colophons(pairs)))
     splits = write_splits(pairs, args.output, args.share)
     for name, rows in splits.items():
         print(f"{name}.tsv: {len(rows)} pairs, mean words {_mean_words(s for s, _ in rows):.1f} "

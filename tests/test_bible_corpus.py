@@ -83,6 +83,19 @@ def test_pairs_only_verses_in_both():
     assert unpaired == {"only in Spanish": 0, "only in English": 1}
 
 
+def test_colophons_go_from_the_last_verse_of_a_book_only():
+    pairs = [
+        ("Philippians 4:22", "Os saludan todos. Amén. Escrita de veras.", "x"),
+        ("Philippians 4:23", "La gracia sea con todos. Amén. Escrita de Roma con Epafrodito.", "x"),
+        ("Colossians 1:1", "Pablo, apóstol. Amén. Enviada con Tichîco.", "x"),
+    ]
+    assert [source for _, source, _ in corpus.drop_colophons(pairs)] == [
+        "Os saludan todos. Amén. Escrita de veras.",
+        "La gracia sea con todos. Amén.",
+        "Pablo, apóstol. Amén.",
+    ]
+
+
 def test_chapter_openings_in_capitals_take_their_usual_case():
     pairs = [
         ("Genesis 1:1", "EN el principio crió Dios los cielos.", "x"),
