@@ -63,12 +63,13 @@ from reference_keras_mha import (  # noqa: E402
 )
 
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
+from transformer.kernels.optimizers import make_optimizer  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
 from transformer.model_config import PRESETS, TransformerConfig  # noqa: E402
 from transformer.run import RunConfig  # noqa: E402
 from transformer.run import default_precision as library_default_precision  # noqa: E402
 from transformer.run.precision import cpu_flags  # noqa: E402
-from transformer.training import MaskedLoss, make_optimizer, masked_accuracy  # noqa: E402
+from transformer.training import MaskedLoss, masked_accuracy  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CONTENDERS = ("ours", "keras_mha", "keras_hub")
@@ -227,8 +228,13 @@ def load_baseline(revision: str):
 
     _BASELINE["Transformer"] = importlib.import_module("transformer_baseline.model").Transformer
     training = importlib.import_module("transformer_baseline.training")
-    for name in ("MaskedLoss", "make_optimizer", "masked_accuracy"):
+    for name in ("MaskedLoss", "masked_accuracy"):
         _BASELINE[name] = getattr(training, name)
+    try:
+        optimizers = importlib.import_module("transformer_baseline.kernels.optimizers")
+    except ModuleNotFoundError:  # a revision before transformer.kernels
+        optimizers = training
+    _BASELINE["make_optimizer"] = optimizers.make_optimizer
     _BASELINE["revision"] = revision
 
 

@@ -60,8 +60,8 @@ def main(argv=None):
     import tensorflow as tf
 
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
+    from transformer.kernels.multiworker import multi_worker_fit_workaround
     from transformer.model_config import TransformerConfig
-    from transformer.run.multiworker import multi_worker_fit_workaround
     from transformer.training import MaskedLoss, masked_accuracy
 
     keras.mixed_precision.set_global_policy("float32")
