@@ -66,7 +66,7 @@ def _keras_optimizer(config):
     from transformer.kernels.optimizers import make_optimizer
 
     fused = make_optimizer(config.model.d_model, config.warmup_steps,
-                                    config.peak_learning_rate, None, config.ema_momentum)
+                           config.peak_learning_rate, None, config.ema_momentum)
 
     class KerasAveragingAdam(keras.optimizers.Adam):
         def _update_model_variables_moving_average(self, trainable_variables):
