@@ -166,7 +166,11 @@ def make_optimizer(
 
 def learning_rate_schedule(optimizer):
     """The `LearningRateSchedule` of a Keras optimizer (also inside a
-    `LossScaleOptimizer`), or None when its rate is a plain number."""
+    `LossScaleOptimizer`), or None when its rate is a plain number.
+
+    Keras keeps the schedule object only in the private `_learning_rate`; its
+    public `learning_rate` is the schedule's value at the current step.
+    """
     inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
     schedule = getattr(inner if inner is not None else optimizer, "_learning_rate", None)
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
