@@ -9,7 +9,7 @@ machine:
 
 - `default`: the library's `train()` when it is imported by your own code:
   glibc's malloc thresholds raised by
-  `transformer.run.allocator.keep_freed_memory`, the loss compiled by XLA;
+  `transformer.kernels.allocator.keep_freed_memory`, the loss compiled by XLA;
 - `glibc`: the same with glibc's own malloc thresholds;
 - `no-xla-loss`: `default` with the loss run by TensorFlow's kernels (no
   compilation per new batch shape);
@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from real_text_scoring import machine, variant_rounds  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from transformer.cli.common import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
+from transformer.kernels.allocator import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
 
 VARIANTS = ("default", "glibc", "no-xla-loss", "bfc", "arena1", "bfc-step8", "bfc-step4",
             "bfc-step8-xla")
@@ -68,7 +68,7 @@ def _per_step(start, end, steps):
 def worker(args) -> dict:
     """One variant in this process; returns ms per step (wall, user, sys) per pass."""
     sys.path.insert(0, str(ROOT))
-    from transformer.run import allocator
+    from transformer.kernels import allocator
 
     if args.variant != "glibc":
         allocator.keep_freed_memory()
@@ -83,6 +83,7 @@ def worker(args) -> dict:
     from transformer.data import load_corpus
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
+    from transformer.kernels.optimizers import make_optimizer
     from transformer.model_config import TransformerConfig
 
     if args.variant == "no-xla-loss":
@@ -94,7 +95,7 @@ def worker(args) -> dict:
     config = TransformerConfig.from_preset("tutorial")
     model = config.build_model(int(tokenizers.source.get_vocab_size()),
                                int(tokenizers.target.get_vocab_size()))
-    model.compile(optimizer=training.make_optimizer(128, 4000),
+    model.compile(optimizer=make_optimizer(128, 4000),
                   loss=training.MaskedLoss(0.1), metrics=[training.masked_accuracy],
                   jit_compile=args.variant.endswith("-xla"))
     step = int(args.variant.split("step")[1].split("-")[0]) if "step" in args.variant else 1

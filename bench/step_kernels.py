@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from real_text_scoring import machine, variant_rounds  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from transformer.cli.common import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
+from transformer.kernels.allocator import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
 
 VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn")
 
@@ -63,10 +63,10 @@ def _keras_optimizer(config):
     library's moving average by Keras' element-wise operations."""
     import keras
 
-    from transformer import training
+    from transformer.kernels.optimizers import make_optimizer
 
-    fused = training.make_optimizer(config.model.d_model, config.warmup_steps,
-                                    config.peak_learning_rate, None, config.ema_momentum)
+    fused = make_optimizer(config.model.d_model, config.warmup_steps,
+                           config.peak_learning_rate, None, config.ema_momentum)
 
     class KerasAveragingAdam(keras.optimizers.Adam):
         def _update_model_variables_moving_average(self, trainable_variables):
@@ -94,7 +94,7 @@ def _keras_optimizer(config):
 
 def worker(args) -> dict:
     """One variant in this process; returns wall ms per step and per 1,000 target tokens."""
-    from transformer.run import allocator
+    from transformer.kernels import allocator
 
     allocator.keep_freed_memory()
     import keras
@@ -105,6 +105,7 @@ def worker(args) -> dict:
     from transformer.data import load_corpus
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
+    from transformer.kernels.optimizers import make_optimizer
     from transformer.run import RunConfig
     from transformer.run.precision import default_precision
 
@@ -123,9 +124,8 @@ def worker(args) -> dict:
     if args.variant in ("before", "keras-adam"):
         optimizer = _keras_optimizer(config)
     else:
-        optimizer = training.make_optimizer(config.model.d_model, config.warmup_steps,
-                                            config.peak_learning_rate, None,
-                                            config.ema_momentum)
+        optimizer = make_optimizer(config.model.d_model, config.warmup_steps,
+                                   config.peak_learning_rate, None, config.ema_momentum)
     model.compile(optimizer=optimizer,
                   loss=training.MaskedLoss(config.label_smoothing, jit_compile=False),
                   metrics=[training.masked_accuracy])

@@ -29,7 +29,8 @@ from transformer.constants import END_ID, PAD_ID, START_ID
 from transformer.model import Transformer
 from transformer.model_config import TransformerConfig
 from transformer.run.recipes import TOY_DEFAULTS
-from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
+from transformer.kernels.optimizers import make_optimizer
+from transformer.training import MaskedLoss, masked_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ("ours", "keras_mha", "keras_hub")
@@ -126,8 +127,13 @@ def load_baseline(revision: str):
 
     _BASELINE["Transformer"] = importlib.import_module("transformer_baseline.model").Transformer
     training = importlib.import_module("transformer_baseline.training")
-    for name in ("MaskedLoss", "make_optimizer", "masked_accuracy"):
+    for name in ("MaskedLoss", "masked_accuracy"):
         _BASELINE[name] = getattr(training, name)
+    try:
+        optimizers = importlib.import_module("transformer_baseline.kernels.optimizers")
+    except ModuleNotFoundError:  # a revision before transformer.kernels
+        optimizers = training
+    _BASELINE["make_optimizer"] = optimizers.make_optimizer
     _BASELINE["revision"] = revision
 
 

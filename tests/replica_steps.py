@@ -4,7 +4,7 @@ Run as a script, in a fresh process (logical CPUs and `TF_CONFIG` must act
 before TensorFlow initialises)::
 
     python tests/replica_steps.py STRATEGY OUT.npz [--cpu-devices N]
-        [--lengths equal|unequal]
+        [--lengths equal|unequal] [--optimizer sgd|averaging-adam] [--steps N]
 
 It builds the strategy with `transformer.run.distribute.make_strategy`, compiles
 the library's model with `MaskedLoss` as `transformer.run.train` does
@@ -15,6 +15,14 @@ strategy, so one device and N replicas must end with the same weights.
 SGD rather than the library's Adam: Adam's first updates are about
 `learning_rate * sign(gradient)`, so a gradient scaled by the replica count
 would leave them almost unchanged, while SGD's updates scale with it.
+
+`--optimizer averaging-adam`: the optimizer `train` uses instead, from
+`transformer.kernels.optimizers.make_optimizer` (the paper's Adam with
+`CustomSchedule`, a peak rate of `ADAM_PEAK` after `ADAM_WARMUP` steps,
+and a moving average of the weights with momentum `EMA_MOMENTUM`). OUT.npz
+then also holds each step's trainable weights (`s{step}_{index}`) and, last,
+the average (`a{index}`, read with `use_moving_average`), and the trainable
+weights' paths (`names`).
 
 `--lengths equal`: in every global batch, each half (what each of two
 replicas gets) has the same number of real target tokens, so the mean over
@@ -32,6 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GLOBAL_BATCH = 4
 STEPS = 3
+ADAM_WARMUP = 2
+ADAM_PEAK = 1e-2
+EMA_MOMENTUM = 0.9
 VOCAB = 24
 # Target lengths (with [START] and [END]) of the pairs, GLOBAL_BATCH per step.
 # Labels hold length - 1 real tokens; the batch pads to its longest row.
@@ -49,6 +60,8 @@ def main(argv=None):
     parser.add_argument("out")
     parser.add_argument("--cpu-devices", type=int, default=None)
     parser.add_argument("--lengths", choices=sorted(TARGET_LENGTHS), default="equal")
+    parser.add_argument("--optimizer", choices=("sgd", "averaging-adam"), default="sgd")
+    parser.add_argument("--steps", type=int, default=STEPS)
     args = parser.parse_args(argv)
 
     from transformer.run.distribute import is_chief, make_strategy
@@ -60,8 +73,9 @@ def main(argv=None):
     import tensorflow as tf
 
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
+    from transformer.kernels.multiworker import multi_worker_fit_workaround
+    from transformer.kernels.optimizers import make_optimizer, use_moving_average
     from transformer.model_config import TransformerConfig
-    from transformer.run.multiworker import multi_worker_fit_workaround
     from transformer.training import MaskedLoss, masked_accuracy
 
     keras.mixed_precision.set_global_policy("float32")
@@ -90,36 +104,47 @@ def main(argv=None):
         model = TransformerConfig(
             num_layers=1, d_model=16, num_heads=2, dff=32, dropout_rate=0.0, max_length=16
         ).build_model(VOCAB, VOCAB)
+        if args.optimizer == "sgd":
+            optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        else:
+            optimizer = make_optimizer(16, ADAM_WARMUP, ADAM_PEAK, ema_momentum=EMA_MOMENTUM)
         model.compile(
-            optimizer=keras.optimizers.SGD(learning_rate=1.0),
+            optimizer=optimizer,
             loss=MaskedLoss(0.0),
             metrics=[masked_accuracy],
         )
 
-    losses = []
+    losses, steps = [], []
 
     class StepLoss(keras.callbacks.Callback):
         # Keras reports the running mean over the epoch's steps; keep each step's.
         def on_train_batch_end(self, batch, logs=None):
             total = float(np.asarray(logs["loss"]).reshape(-1)[0]) * (batch + 1)
             losses.append(total - sum(losses))
+            steps.append([keras.ops.convert_to_numpy(w) for w in model.trainable_weights])
 
     with multi_worker_fit_workaround(model, strategy, tokenized):
         model.fit(
             dataset,
             epochs=1,
-            steps_per_epoch=STEPS,
+            steps_per_epoch=args.steps,
             shuffle=False,
             verbose=0,
             callbacks=[StepLoss()],
         )
 
     weights = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    arrays = {f"w{i:03d}": w for i, w in enumerate(weights)}
+    if args.optimizer == "averaging-adam":
+        for step, trainable in enumerate(steps):
+            arrays.update({f"s{step:02d}_{i:03d}": w for i, w in enumerate(trainable)})
+        use_moving_average(model)
+        average = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+        arrays.update({f"a{i:03d}": w for i, w in enumerate(average)})
+        arrays["names"] = np.array([w.path for w in model.trainable_weights])
     print(f"replicas {strategy.num_replicas_in_sync}; losses {losses}")
     if is_chief(strategy):
-        np.savez(
-            args.out, losses=np.array(losses), **{f"w{i:03d}": w for i, w in enumerate(weights)}
-        )
+        np.savez(args.out, losses=np.array(losses), **arrays)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,68 @@ def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_tokens(tmp_pat
     finish(reference)
     finish(mirrored)
     assert_same_training(tmp_path / "one.npz", tmp_path / "two.npz")
+
+
+# ------------------------------------------- the optimizer of a run, with its average
+
+ADAM_STEPS = 6
+# Adam divides each update by sqrt(v) + 1e-9, so weights agree to float32
+# rounding amplified by that division (observed: up to about 2e-6 after 6
+# steps); the fused update used under a strategy moves them by 1e-3 or more.
+ADAM_ATOL = 5e-5
+
+
+def _step_weights(saved, step):
+    return [saved[n] for n in sorted(saved.files) if n.startswith(f"s{step:02d}_")]
+
+
+def _numpy_average(saved):
+    """The moving average of the saved per-step weights, from the formula:
+    step t uses m = min(0.9, (1 + t) / (10 + t)), step 0 copies the weights."""
+    average = None
+    for step in range(ADAM_STEPS):
+        weights = [w.astype(np.float64) for w in _step_weights(saved, step)]
+        m = 0.0 if step == 0 else min(0.9, (1 + step) / (10 + step))
+        average = weights if average is None else [
+            m * a + (1 - m) * w for a, w in zip(average, weights, strict=True)]
+    return average
+
+
+def _compared(saved):
+    """Indices of the trainable weights whose updates should agree across
+    strategies: not the attention's key biases, whose gradient is zero in
+    exact arithmetic (adding `q . b` to every score of a query leaves its
+    softmax unchanged), so Adam turns its rounding noise into full steps."""
+    names = [str(n) for n in saved["names"]]
+    assert sum(n.endswith("/wk/bias") for n in names) == 3  # one per attention
+    return [i for i, n in enumerate(names) if not n.endswith("/wk/bias")]
+
+
+@pytest.mark.slow
+def test_mirrored_trains_and_averages_as_one_device_with_the_runs_optimizer(tmp_path):
+    """`make_optimizer`'s `AveragingAdam` with `CustomSchedule` and a moving
+    average: Keras' element-wise updates under the strategy (the fused kernels
+    would update each replica's copy with its own gradient) give the one-device
+    run's fused updates, and both averages follow the formula."""
+    options = ("--optimizer", "averaging-adam", "--steps", str(ADAM_STEPS))
+    reference = start("default", tmp_path / "one.npz", *options)
+    mirrored = start("mirrored", tmp_path / "two.npz", "--cpu-devices", "2", *options)
+    assert "replicas 1;" in finish(reference)
+    assert "replicas 2;" in finish(mirrored)
+    one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    for saved in (one, two):
+        assert len(saved["losses"]) == ADAM_STEPS
+        average = [saved[n] for n in sorted(saved.files) if n.startswith("a")]
+        want = _numpy_average(saved)
+        for index, (got, expected) in enumerate(zip(average, want, strict=True)):
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6,
+                                       err_msg=f"average {index} against the formula")
+    compared = _compared(one)
+    assert len(compared) > 10
+    for prefix in ("a", f"s{ADAM_STEPS - 1:02d}_"):
+        for index in compared:
+            name = f"{prefix}{index:03d}"
+            first = one[f"s00_{index:03d}"]
+            assert np.max(np.abs(one[name] - first)) > 1e-3, f"{name} did not move"
+            np.testing.assert_allclose(two[name], one[name], rtol=0, atol=ADAM_ATOL,
+                                       err_msg=f"{name} ({one['names'][index]})")

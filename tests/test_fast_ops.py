@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transformer.fast_ops import Dropout, add_and_layer_norm, normalize
+from transformer.kernels.fast_ops import Dropout, add_and_layer_norm, normalize
 
 
 def _keras_and_ours(shape, seed=0):

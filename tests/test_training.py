@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from transformer.training import (
+from transformer.kernels.optimizers import (
     AveragingAdam,
-    CustomSchedule,
     FusedAdam,
-    MaskedLoss,
     make_optimizer,
+    use_moving_average,
+)
+from transformer.training import (
+    CustomSchedule,
+    MaskedLoss,
     masked_accuracy,
     masked_loss,
-    use_moving_average,
 )
 
 LN2, LN3 = math.log(2.0), math.log(3.0)

@@ -16,8 +16,8 @@ attend); convert with `1 - mask`.
 Incremental decoding runs through these same layers: `MultiHeadAttention`
 takes a `cache` of projected keys and values and returns it updated, and the
 blocks pass it through (see `MultiHeadAttention.call`). The speed kernels the
-blocks use (`Dropout`, `add_and_layer_norm`, `normalize`) are in `transformer.fast_ops`,
-and the weight converters to and from Keras's layer in
+blocks use (`Dropout`, `add_and_layer_norm`, `normalize`) are in
+`transformer.kernels.fast_ops`, and the weight converters to and from Keras's layer in
 `transformer.keras_interop`.
 """
 
@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
 from transformer.constants import LAYER_NORM_EPSILON, MASK_NEGATIVE_FLOAT32
-from transformer.fast_ops import Dropout, add_and_layer_norm, normalize
+from transformer.kernels.fast_ops import Dropout, add_and_layer_norm, normalize
 from transformer.masking import create_look_ahead_mask
 
 

@@ -22,7 +22,7 @@ from transformer.attention import (
     sublayer_output,
 )
 from transformer.constants import LAYER_NORM_EPSILON
-from transformer.fast_ops import Dropout
+from transformer.kernels.fast_ops import Dropout
 
 
 @keras.saving.register_keras_serializable(package="transformer")

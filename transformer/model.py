@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from transformer._validation import check_positive_int, check_rate
 from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
-from transformer.fast_ops import Dropout, normalize
+from transformer.kernels.fast_ops import Dropout, normalize
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
 from transformer.positional import PositionalEmbedding

@@ -3,17 +3,19 @@
 Section 5.3 of Vaswani et al., 2017 (optimizer and schedule) and section 5.4
 (label smoothing). Loss and accuracy are averaged over non-padding target
 tokens only (docs/design.md, "Math"). The run around them (configuration,
-callbacks, evaluation, `train`) is `transformer.run`.
+callbacks, evaluation, `train`) is `transformer.run`; the optimizer a run
+uses, Adam with this schedule and the paper's settings, with fused updates
+and a moving average of the weights, is `transformer.kernels.optimizers.make_optimizer`.
+Public Keras and TensorFlow API only (tests/test_public_api_only.py).
 """
 
 from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from keras import ops
 
 from transformer._validation import check_learning_rate, check_positive_int, check_rate
-from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, PAD_ID
+from transformer.constants import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -115,150 +117,6 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
                 "peak_learning_rate": self.peak_learning_rate,
                 "total_steps": self.total_steps}
-
-
-def _fused_updates() -> bool:
-    """Whether optimizer updates may run as fused kernels on the variables'
-    handles: not under a distribution strategy, whose mirrored variables have
-    one copy per device (Keras' element-wise updates are used there)."""
-    return not tf.distribute.has_strategy()
-
-
-@keras.saving.register_keras_serializable(package="transformer")
-class FusedAdam(keras.optimizers.Adam):
-    """Keras' Adam with each weight's update as one kernel.
-
-    Keras updates a weight in about a dozen element-wise operations, each a
-    pass over the weight and its two moments; `tf.raw_ops.ResourceApplyAdam`
-    makes one pass with the same formula (the bias-corrected rate
-    `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`, epsilon added to `sqrt(v)`).
-    On the small batches of a CPU run the optimizer is a large share of the
-    step (BENCHMARKS.md, "Faster steps: the tied output projection and fused
-    Adam"). Sparse gradients (an untied embedding's), AMSGrad and
-    distribution strategies take Keras' own update; the variables and the
-    saved state are Keras' Adam's.
-    """
-
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        """All weights' updates of a step; the rate and the moments' bias
-        corrections are computed once per step, not once per weight."""
-        if self.amsgrad or not _fused_updates():
-            return super()._backend_update_step(grads, trainable_variables, learning_rate)
-        scalars = {}  # by dtype
-        step = self.iterations + 1
-        for gradient, variable in zip(grads, trainable_variables, strict=True):
-            if isinstance(gradient, tf.IndexedSlices):
-                super().update_step(gradient, variable, learning_rate)
-                continue
-            dtype = variable.dtype
-            if dtype not in scalars:
-                beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
-                scalars[dtype] = dict(
-                    beta1_power=ops.power(beta_1, ops.cast(step, dtype)),
-                    beta2_power=ops.power(beta_2, ops.cast(step, dtype)),
-                    lr=ops.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-                    epsilon=ops.cast(self.epsilon, dtype))
-            index = self._get_variable_index(variable)
-            tf.raw_ops.ResourceApplyAdam(
-                var=_handle(variable), m=_handle(self._momentums[index]),
-                v=_handle(self._velocities[index]), grad=ops.cast(gradient, dtype),
-                **scalars[dtype])
-
-
-def _handle(variable):
-    """The resource handle of a Keras or TensorFlow variable."""
-    return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
-
-
-@keras.saving.register_keras_serializable(package="transformer")
-class AveragingAdam(FusedAdam):
-    """Adam (`FusedAdam`) that keeps an exponential moving average of the weights (Keras'
-    `use_ema`) and puts it into the model only when asked (`use_moving_average`).
-
-    The momentum warms up as in `tf.train.ExponentialMovingAverage` with
-    `num_updates`: step t uses min(ema_momentum, (1 + t) / (10 + t)), and the
-    first step (t = 0) copies the weights.
-    Keras' own average starts from the initial weights with the full momentum,
-    so that after T steps they still weigh ema_momentum ** T (0.999 ** 2000 is
-    0.14); with the warm-up the average covers about the last tenth of the
-    steps until the momentum reaches its cap, whatever the run's length.
-
-    Keras' `fit` ends by replacing the weights with their average. A run that
-    calls `fit` more than once (a resumed run: the rest of an epoch, then the
-    other epochs) would then train on from the average instead of its own
-    weights, and end elsewhere than the uninterrupted run. Here `fit` leaves the
-    weights alone; the trainer calls `use_moving_average` once training is over.
-    """
-
-    def _update_model_variables_moving_average(self, trainable_variables):
-        """average = m * average + (1 - m) * weights, m warmed up (class docstring)."""
-        step = ops.cast(self.iterations, "float32")
-        momentum = ops.minimum(ops.cast(self.ema_momentum, "float32"),
-                               (1.0 + step) / (10.0 + step))
-        momentum = ops.where(step > 0, momentum, 0.0)  # the average starts as zeros
-        fused, rates = _fused_updates(), {}  # 1 - m, by dtype
-        for var, average in zip(trainable_variables, self._model_variables_moving_average,
-                                strict=True):
-            if average is None:
-                continue
-            if var.dtype not in rates:
-                rates[var.dtype] = ops.cast(1.0 - momentum, var.dtype)
-            rate = rates[var.dtype]
-            if fused:  # average -= (1 - m) * (average - weights), in one kernel after the difference
-                tf.raw_ops.ResourceApplyGradientDescent(
-                    var=_handle(average), alpha=rate, delta=average - var)
-            else:
-                average.assign(average - rate * (average - var))
-
-    def finalize_variable_values(self, var_list):
-        """Leaves the weights as they are (see the class docstring)."""
-
-
-def use_moving_average(model) -> None:
-    """Sets the model's trainable weights to the moving average its optimizer
-    kept (`AveragingAdam`, also inside the `LossScaleOptimizer` that
-    `mixed_float16` wraps it in).
-
-    Raises:
-        ValueError: the model's optimizer keeps no moving average.
-    """
-    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-    if not (isinstance(optimizer, AveragingAdam) and optimizer.use_ema):
-        raise ValueError(
-            "Expected a model compiled with `make_optimizer(..., ema_momentum > 0)`, which "
-            f"keeps a moving average of the weights. Received: optimizer={optimizer!r}"
-        )
-    optimizer._overwrite_model_variables_with_average_value(model.trainable_variables)
-
-
-def make_optimizer(
-    d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
-    total_steps: int | None = None, ema_momentum: float = 0.0,
-) -> keras.optimizers.Adam:
-    """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
-    `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments):
-    a `FusedAdam`, Keras' Adam with fused updates.
-
-    `ema_momentum` > 0 also keeps a moving average of the weights, updated
-    after every step as `average = m * average + (1 - m) * weights`
-    (`AveragingAdam`); 0 keeps none.
-    """
-    ema_momentum = check_rate("ema_momentum", ema_momentum)
-    schedule = CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps)
-    adam = dict(beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON)
-    if ema_momentum:
-        return AveragingAdam(schedule, use_ema=True, ema_momentum=ema_momentum, **adam)
-    return FusedAdam(schedule, **adam)
-
-
-def learning_rate_schedule(optimizer):
-    """The `LearningRateSchedule` of a Keras optimizer (also inside a
-    `LossScaleOptimizer`), or None when its rate is a plain number."""
-    inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
-    schedule = getattr(inner if inner is not None else optimizer, "_learning_rate", None)
-    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-        return schedule
-    return None
 
 
 def token_losses(label, pred, label_smoothing):

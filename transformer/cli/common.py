@@ -28,7 +28,6 @@ __all__ = [
     "probability",
     "rate",
     "report_error",
-    "use_tensorflow_memory_pool",
 ]
 
 
@@ -250,34 +249,6 @@ def report_error(prog: str, err: BaseException) -> int:
     message = lines[0] if lines else type(err).__name__
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 1
-
-
-# TensorFlow reads it once, when it creates its CPU allocator (at import).
-BFC_ALLOCATOR_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
-
-
-def use_tensorflow_memory_pool() -> bool:
-    """Makes TensorFlow serve CPU tensors from its own memory pool (its BFC allocator).
-
-    By default TensorFlow asks malloc for every CPU tensor; batches whose shapes
-    vary from step to step (the token-budget batches of real text) then keep
-    mapping and unmapping fresh pages, and the kernel's page-fault work took a
-    large share of a training step. TensorFlow's best-fit-with-coalescing
-    allocator keeps freed memory in a pool sized by the run's peak, which made
-    real-text steps faster (BENCHMARKS.md, "Training speed on real text").
-    It must be chosen before TensorFlow is imported; a value already in
-    the environment (`TF_CPU_ALLOCATOR_USE_BFC=false`) is kept.
-
-    Returns:
-        Whether the pool will be used: False when TensorFlow was imported
-        before, or the environment turned it off.
-
-    Example:
-        >>> use_tensorflow_memory_pool()  # doctest: +SKIP
-        True
-    """
-    value = os.environ.setdefault(BFC_ALLOCATOR_ENV, "true")
-    return "tensorflow" not in sys.modules and value.lower() in ("true", "1")
 
 
 def _keep_as_is() -> None:

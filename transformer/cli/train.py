@@ -32,8 +32,8 @@ from transformer.cli.common import (
     positive_int,
     rate,
     report_error,
-    use_tensorflow_memory_pool,
 )
+from transformer.kernels.allocator import use_fast_allocators
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.options import SECTIONS, Option, option_flag, settings_option
 from transformer.run.config import RESUMABLE_FIELDS, RunConfig, resume_config
@@ -53,7 +53,8 @@ def _start_tensorflow():
     """Imports TensorFlow for a run, once the options are known to be good.
 
     First the choices TensorFlow reads only at import: its C++ logs hidden
-    and its CPU memory pool (`use_tensorflow_memory_pool`); then the import,
+    and its CPU memory pool (`use_fast_allocators`, which also keeps
+    malloc's freed memory); then the import,
     with its C++ start-up messages (oneDNN, CUDA probing) hidden too: they are
     written to the stderr file descriptor before TensorFlow reads any log-level
     setting, so the descriptor points at /dev/null meanwhile (see
@@ -63,7 +64,7 @@ def _start_tensorflow():
     if "tensorflow" not in sys.modules:
         # hide the C++ logs of TensorFlow (its errors raise in Python)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        use_tensorflow_memory_pool()
+        use_fast_allocators()
     restore = hide_native_stderr()
     try:
         import keras  # noqa: F401

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from transformer.kernels.optimizers import use_moving_average
 from transformer.rundir import RunDirError
-from transformer.training import use_moving_average
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def average_weights(checkpoint: tf.train.Checkpoint, manager: tf.train.Checkpoin
                     count: int, ema_momentum: float) -> None:
     """The trained model's weights: the mean of the last `count` checkpoints
     (`average_last_checkpoints`), or, with `ema_momentum` > 0, the moving
-    average the optimizer kept (`transformer.training.AveragingAdam`); the
+    average the optimizer kept (`transformer.kernels.optimizers.AveragingAdam`); the
     run's config allows only one of them."""
     average_last_checkpoints(checkpoint, manager, count)
     if ema_momentum:

@@ -34,8 +34,10 @@ from transformer.data.batching import (
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.kernels.allocator import use_fast_allocators
+from transformer.kernels.multiworker import multi_worker_fit_workaround
+from transformer.kernels.optimizers import learning_rate_schedule, make_optimizer
 from transformer.run import recipes
-from transformer.run.allocator import keep_freed_memory
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
@@ -59,14 +61,8 @@ from transformer.run.directory import (
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
-from transformer.run.multiworker import multi_worker_fit_workaround
 from transformer.run.sampling import may_sample, training_pairs
-from transformer.training import (
-    MaskedLoss,
-    learning_rate_schedule,
-    make_optimizer,
-    masked_accuracy,
-)
+from transformer.training import MaskedLoss, masked_accuracy
 from transformer.translate import export_translator
 
 __all__ = ["TrainResult", "TrainingError", "train", "weights_fingerprint"]
@@ -277,7 +273,7 @@ class _ModelState:
 
 def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
     """Creates the strategy (first, as `tf.distribute` requires) and checks the run directory."""
-    keep_freed_memory()
+    use_fast_allocators()
     strategy = make_strategy(config.strategy, config.cpu_devices)
     chief, worker = is_chief(strategy), worker_name(strategy)
     saved = prepare_run_dir(config, resume, chief)  # or a one-line refusal
