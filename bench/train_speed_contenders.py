@@ -26,10 +26,10 @@ from reference_keras_mha import (
 )
 
 from transformer.constants import END_ID, PAD_ID, START_ID
+from transformer.kernels.optimizers import make_optimizer
 from transformer.model import Transformer
 from transformer.model_config import TransformerConfig
 from transformer.run.recipes import TOY_DEFAULTS
-from transformer.kernels.optimizers import make_optimizer
 from transformer.training import MaskedLoss, masked_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
