@@ -196,8 +196,8 @@ class Translator:
             computed on first access of `Translation.attention_weights`.
         batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
             A list is sorted by length and cut into batches, so that a batch
-            of short sentences stops early; the results keep the list's
-            order. Greedy and beam search first stop every sentence at its
+            of short sentences stops early (sampling keeps the list's order,
+            on which its draws depend); the results keep the list's order. Greedy and beam search first stop every sentence at its
             input length + `TRANSLATE_FIRST_PASS_EXTRA` tokens, then search
             the few their limit stopped again, in batches of their own, up
             to their full limit: a sentence that never emits `[END]` no
@@ -330,12 +330,17 @@ class Translator:
         again, together, to their full limit. A sentence whose search ends
         within the first pass's shorter limit (greedy: at `[END]`; beam: once
         no live hypothesis can beat the finished ones) has the translation a
-        higher limit gives. Sampling draws in one pass.
+        higher limit gives. Sampling draws in one pass, in the list's own
+        order: a draw depends on the sentence's row in its batch, so a list
+        of at most `batch_size` sentences is sampled as the SavedModel
+        (`transformer.export`) samples it, in one batch.
         """
         settings = setting_tensors(search)  # a Sample's missing seed is drawn once
         full_extra = self._extra_length()
         first_pass = not isinstance(search, Sample)
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        order = list(range(len(sentences)))
+        if first_pass:
+            order.sort(key=lambda i: len(sentences[i]))
         results = [None] * len(sentences)
         while order:
             extra = min(full_extra, TRANSLATE_FIRST_PASS_EXTRA) if first_pass else full_extra
