@@ -320,3 +320,22 @@ def _strategy(run_dir, *options):
 
     args = translate_cli.parse_args(["--run", str(run_dir), "o gato", *options])
     return translate_cli.search_strategy(args, args.run)
+
+
+def test_from_run_decodes_as_translate_py_does(run_dir, test_sources, translator, tmp_path,
+                                                capsys):
+    """A run evaluated with a beam of 4: `Translator.from_run` and
+    `translate.py --run` both search that beam, with the same translations."""
+    import json
+
+    from translate_helpers import copy_run
+
+    copy = copy_run(run_dir, tmp_path / "run")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "eval_beam_size": 4}))
+    loaded = Translator.from_run(copy)
+    assert loaded.search == Beam(4)
+    expected = [r.text for r in loaded(test_sources, return_attention=False)]
+    assert expected != [r.text for r in translator(test_sources)]  # not greedy decoding
+    assert main(["--run", str(copy), *test_sources]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
