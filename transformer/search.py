@@ -1,4 +1,8 @@
-"""Search strategies: greedy, sampling and beam search over a next-token function.
+"""The search loops in TensorFlow (greedy, sampling, beam) over a next-token function.
+
+`transformer.strategies` says what to search (objects, no TensorFlow);
+this module does it, knowing no model; `transformer.decoding` plugs the
+model in.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017): from
 `[START]`, each output token is chosen given the source and every token

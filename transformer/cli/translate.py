@@ -1,4 +1,8 @@
-"""Translate sentences with a trained run (written by train.py), from the command line.
+"""The `translate.py` command line (options, files, printing) over `transformer.translate`.
+
+The script `translate.py` only calls `main` here; the Python API it uses is
+`transformer.translate.Translator`. The search options become one strategy
+object in `search_strategy`.
 
     python translate.py --run runs/toy "o gato preto come o bolo"
     python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4
