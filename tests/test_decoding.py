@@ -562,9 +562,9 @@ def test_beam_scores_at_least_the_greedy_scores_on_a_trained_model(translator, t
 
 
 def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test_pairs):
-    # The Translator sends beam_size=1 to the greedy loop, so the beam-search
-    # code with a beam of 1 is called here directly (eagerly and compiled) and
-    # must give cached greedy decoding's tokens and log-probabilities.
+    # `Beam(size=1)` runs the beam-search code with a beam of 1 (called here
+    # directly, eagerly and compiled): it must give cached greedy decoding's
+    # tokens and log-probabilities.
     sentences = [source for source, _ in test_pairs[:16]]
     encoder_tokens, _ = translator.encode(sentences)
     model = translator.transformer
