@@ -197,7 +197,8 @@ class Translator:
         batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
             A list is sorted by length and cut into batches, so that a batch
             of short sentences stops early (sampling keeps the list's order,
-            on which its draws depend); the results keep the list's order. Greedy and beam search first stop every sentence at its
+            on which its draws depend); the results keep the list's order.
+            Greedy and beam search first stop every sentence at its
             input length + `TRANSLATE_FIRST_PASS_EXTRA` tokens, then search
             the few their limit stopped again, in batches of their own, up
             to their full limit: a sentence that never emits `[END]` no
