@@ -272,7 +272,8 @@ class Translator:
                 missing or unreadable.
         """
         tokenizers, model = load_run(run_dir)
-        kwargs.setdefault("search", run_strategy(run_dir))
+        if "search" not in kwargs:
+            kwargs["search"] = run_strategy(run_dir)
         return cls(tokenizers, model, **kwargs)
 
     def tracing_count(self, kind):
