@@ -1,11 +1,12 @@
-"""Translate sentences with a trained run (written by train.py).
+"""The command `translate.py`: translate sentences with a trained run (written by train.py).
 
     python translate.py --run runs/toy "o gato preto come o bolo"
     python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4
     cat sentences.txt | python translate.py --run runs/toy --show-tokens
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
 
-The command is `transformer.cli.translate` (installed as `transformer-translate`).
+The command is `transformer.cli.translate` (installed as `transformer-translate`);
+from Python, use `transformer.translate.Translator`.
 """
 
 from transformer.cli.translate import main

@@ -22,6 +22,7 @@ Command (the code before, as a plain copy of a commit):
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -50,7 +51,21 @@ def _worker(root, run, tsv, repeats):
     bias = model.final_layer.bias.numpy()
     bias[END_ID] -= 1e9
     model.final_layer.bias.assign(bias)
-    if hasattr(decoding, "compile_decode"):  # this tree
+    if importlib.util.find_spec("transformer.strategies"):  # this tree: strategy objects
+        from transformer.search import setting_tensors
+        from transformer.strategies import Beam, Greedy
+
+        greedy_fn, beam_fn = decoding.compile_decode(model, Greedy), decoding.compile_decode(
+            model, Beam)
+
+        def greedy(src, n):
+            return greedy_fn(src, tf.fill([src.shape[0]], n), tf.zeros([src.shape[0]], tf.bool),
+                             {})
+
+        def beam(src, n):
+            return beam_fn(src, tf.fill([src.shape[0]], n), tf.zeros([src.shape[0]], tf.bool),
+                           setting_tensors(Beam(4, 0.6)))
+    elif hasattr(decoding, "compile_decode"):  # strategies named by strings
         greedy_fn, beam_fn = decoding.compile_decode(model, "greedy"), decoding.compile_decode(
             model, "beam")
 

@@ -4,7 +4,7 @@ What it measures, in one process, on the `tutorial` preset (4 layers,
 d_model 128, 8 heads, dff 512) with random weights and the tutorial's
 vocabulary sizes (7765 Portuguese, 7010 English word pieces):
 
-1. **Cached vs naive, 64 output tokens.** `compile_decode(model, "greedy")`
+1. **Cached vs naive, 64 output tokens.** `compile_decode(model, Greedy)`
    (encoder once, encoder-decoder keys and values projected once, one new
    token per step through the decoder with a key/value cache, one compiled
    `tf.while_loop`) against `naive_greedy_decode` (the tutorial's loop: the
@@ -55,6 +55,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from transformer.constants import END_ID, START_ID  # noqa: E402
 from transformer.decoding import compile_decode, naive_greedy_decode  # noqa: E402
 from transformer.model_config import TransformerConfig  # noqa: E402
+from transformer.strategies import Greedy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The vocabulary sizes of the tutorial's ted_hrlr_translate/pt_to_en tokenizers.
@@ -116,17 +117,17 @@ def decoders(model):
     """`(greedy_fn, cached_fn, naive_fn)`: `compile_decode`'s function (for its
     tracing count), and the cached and the naive loop, both compiled and both
     `(tokens, limits, finished) -> (batch, steps)` token ids."""
-    greedy_fn = compile_decode(model, "greedy")
+    greedy_fn = compile_decode(model, Greedy)
     naive_fn = tf.function(
         lambda tokens, limits, finished: naive_greedy_decode(
             model, tokens, tf.reduce_max(limits), finished
         ),
-        input_signature=greedy_fn.input_signature,
+        input_signature=greedy_fn.input_signature[:3],  # no settings
         autograph=False,
     )
 
     def cached_fn(tokens, limits, finished):
-        return greedy_fn(tokens, limits, finished)[0][:, 0]  # (batch, steps)
+        return greedy_fn(tokens, limits, finished, {})[0][:, 0]  # (batch, steps)
 
     return greedy_fn, cached_fn, naive_fn
 

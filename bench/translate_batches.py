@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default=str(ROOT / "bench/results/translate_batches.json"))
     args = parser.parse_args(argv)
 
+    from transformer.strategies import evaluation_strategy
     from transformer.translate import Translator
 
     sources = [line.split("\t")[0] for line in
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     sizes = [everything, *args.batch_sizes]
 
     def translate(batch_size):
-        return [r.text for r in translator(sources, beam_size=args.beam,
+        return [r.text for r in translator(sources, search=evaluation_strategy(args.beam),
                                            return_attention=False, batch_size=batch_size)]
 
     started = time.perf_counter()

@@ -15,6 +15,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from transformer.strategies import Beam
 from transformer.translate import Translator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v1"
@@ -39,7 +40,7 @@ def test_old_run_directory_translates_as_before():
         assert got.token_ids.tolist() == want["token_ids"]
         if want["token_ids"]:
             assert np.isclose(got.log_prob, want["log_prob"], rtol=1e-4, atol=1e-4)
-    beam = translator(sentences, beam_size=3)
+    beam = translator(sentences, search=Beam(3))
     for got, want in zip(beam, expected["beam3"], strict=True):
         assert got.token_ids.tolist() == want["token_ids"]
         if want["token_ids"]:

@@ -34,7 +34,9 @@ from transformer.search import (
     length_penalty,
     repeat_beams,
     sample_search,
+    setting_tensors,
 )
+from transformer.strategies import Beam, Greedy, Sample
 
 LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
@@ -310,17 +312,17 @@ def test_sampling_respects_each_rows_limit_and_skips_finished_rows():
     assert log_probs.numpy()[3] == 0.0
 
 
-@pytest.mark.parametrize("search, settings", [("greedy", ()), ("beam", (3, 0.6, 2))])
-def test_a_search_not_stopped_by_its_limit_is_what_any_higher_limit_gives(search, settings):
+@pytest.mark.parametrize("search", [Greedy(), Beam(size=3, alpha=0.6, n_best=2)])
+def test_a_search_not_stopped_by_its_limit_is_what_any_higher_limit_gives(search):
     """`decode(..., return_stopped=True)` flags the sentences whose limit stopped
     their search; the others have the outputs and scores of a higher limit."""
     model = random_model(seed=2, end_bias=2.0)
     sources = tf.constant(random_sources(5, LENGTHS))
     flags = tf.constant([False, False, True, False, False])  # one sentence skipped
     short, short_scores, stopped = decode(model, sources, tf.fill([5], 5), flags, search,
-                                          *settings, return_stopped=True)
+                                          return_stopped=True)
     long, long_scores, long_stopped = decode(model, sources, tf.fill([5], 40), flags, search,
-                                             *settings, return_stopped=True)
+                                             return_stopped=True)
     stopped, kept = stopped.numpy(), ~stopped.numpy()
     assert stopped.any() and kept[[0, 1, 3, 4]].any() and not stopped[2]
     width = short.shape[2]
@@ -335,20 +337,19 @@ def test_decode_gives_one_layout_for_every_strategy():
     sources = tf.constant(random_sources(1, LENGTHS))
     limits = tf.fill([len(LENGTHS)], 12)
     flags = tf.zeros([len(LENGTHS)], tf.bool)
-    greedy, greedy_scores = decode(model, sources, limits, flags, "greedy")
-    beam, beam_scores = decode(model, sources, limits, flags, "beam", 4, 0.6, 3)
-    sample, _ = decode(model, sources, limits, flags, "sample", 2, 1.0, 1, 1.0)
+    greedy, greedy_scores = decode(model, sources, limits, flags, Greedy())
+    beam, beam_scores = decode(model, sources, limits, flags, Beam(size=4, alpha=0.6, n_best=3))
+    sample, _ = decode(model, sources, limits, flags, Sample(top_k=1, seed=2))
     assert greedy.shape[:2] == (5, 1) and beam.shape == (5, 3, 12) and sample.shape[1] == 1
     np.testing.assert_array_equal(sample.numpy(), greedy.numpy())  # top_k = 1
     assert (np.diff(beam_scores.numpy(), axis=1) <= 0).all()  # best first
     best, best_score = beam_search_decode(model, sources, 12, 4, 0.6)
     np.testing.assert_array_equal(beam.numpy()[:, 0], best.numpy())
     np.testing.assert_allclose(beam_scores.numpy()[:, 0], best_score.numpy())
-    with pytest.raises(ValueError, match="unknown search"):
-        decode(model, sources, limits, flags, "nucleus")
-    compiled = compile_decode(model, "beam")
-    tokens, _ = compiled(sources, limits, flags, tf.constant(4), tf.constant(0.6),
-                         tf.constant(2))
+    with pytest.raises(ValueError, match="`kind`"):
+        decode(model, sources, limits, flags, str, {})
+    compiled = compile_decode(model, Beam)
+    tokens, _ = compiled(sources, limits, flags, setting_tensors(Beam(4, 0.6, 2)))
     np.testing.assert_array_equal(tokens.numpy(), beam.numpy()[:, :2])
     assert greedy_scores.shape == (5, 1)
 
@@ -401,9 +402,9 @@ def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed):
 def test_compiled_greedy_equals_naive_loop_and_stops_when_all_finished():
     model = random_model(1, end_bias=1.5)  # ends after 4, 1, 7, 1 and 3 tokens
     sources = random_sources(1, LENGTHS)
-    greedy = compile_decode(model, "greedy")
+    greedy = compile_decode(model, Greedy)
     flags = tf.zeros([len(LENGTHS)], tf.bool)
-    tokens, _ = greedy(tf.constant(sources), tf.fill([len(LENGTHS)], 30), flags)
+    tokens, _ = greedy(tf.constant(sources), tf.fill([len(LENGTHS)], 30), flags, {})
     out = tokens.numpy()[:, 0]
     naive = naive_greedy_decode(model, sources, 30).numpy()
     np.testing.assert_array_equal(out, naive)
@@ -456,18 +457,17 @@ def test_cached_greedy_equals_naive_loop_on_a_trained_model(translator, test_pai
 
 def test_one_trace_for_every_batch_size_length_and_setting():
     model = random_model(0, end_bias=1.5)
-    greedy, beam, sample = (compile_decode(model, name) for name in ("greedy", "beam", "sample"))
+    greedy, beam, sample = (compile_decode(model, kind) for kind in (Greedy, Beam, Sample))
     for batch, length, max_length in [(1, 4, 5), (3, 9, 17), (5, 2, 1), (2, 30, 40)]:
         sources = tf.constant(random_sources(batch, [length] * batch))
         flags = tf.zeros([batch], tf.bool)
         limits = tf.fill([batch], max_length)
-        greedy(sources, limits, flags)
-        for beam_size in (1, 3):
-            beam(sources, limits, flags, tf.constant(beam_size), tf.constant(0.6),
-                 tf.constant(1))
-        for top_k, top_p in ((0, 1.0), (3, 0.5)):
-            sample(sources, limits, flags, tf.constant(7, tf.int64), tf.constant(0.8),
-                   tf.constant(top_k), tf.constant(top_p))
+        greedy(sources, limits, flags, {})
+        for size, alpha in ((1, 0.6), (3, 0.0)):
+            beam(sources, limits, flags, setting_tensors(Beam(size, alpha)))
+        for top_k, top_p, seed in ((None, None, 7), (3, 0.5, 8)):
+            sample(sources, limits, flags,
+                   setting_tensors(Sample(0.8, top_k=top_k, top_p=top_p, seed=seed)))
     for compiled in (greedy, beam, sample):
         assert compiled.experimental_get_tracing_count() == 1
 
@@ -562,9 +562,9 @@ def test_beam_scores_at_least_the_greedy_scores_on_a_trained_model(translator, t
 
 
 def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test_pairs):
-    # The Translator sends beam_size=1 to the greedy loop, so the beam-search
-    # code with a beam of 1 is called here directly (eagerly and compiled) and
-    # must give cached greedy decoding's tokens and log-probabilities.
+    # `Beam(size=1)` runs the beam-search code with a beam of 1 (called here
+    # directly, eagerly and compiled): it must give cached greedy decoding's
+    # tokens and log-probabilities.
     sentences = [source for source, _ in test_pairs[:16]]
     encoder_tokens, _ = translator.encode(sentences)
     model = translator.transformer
@@ -572,14 +572,14 @@ def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test
     greedy = cached_greedy_decode(model, encoder_tokens, max_length).numpy()
     log_probs, lengths = sequence_log_probs(model, encoder_tokens, greedy)
     assert len(set(lengths)) >= 3  # sentences end at different steps
-    compiled = compile_decode(model, "beam")
+    compiled = compile_decode(model, Beam)
     no_flags = tf.zeros([len(sentences)], tf.bool)
     limits = tf.fill([len(sentences)], max_length)
     outputs = [(0.0, beam_search_decode(model, encoder_tokens, max_length, beam_size=1,
                                         alpha=0.0))]
     for alpha in (0.0, 0.6):
-        tokens, scores = compiled(encoder_tokens, limits, no_flags, tf.constant(1),
-                                  tf.constant(alpha), tf.constant(1))
+        tokens, scores = compiled(encoder_tokens, limits, no_flags,
+                                  setting_tensors(Beam(size=1, alpha=alpha)))
         outputs.append((alpha, (tokens[:, 0], scores[:, 0])))
     for alpha, (tokens, scores) in outputs:
         tokens = tokens.numpy()
@@ -615,5 +615,6 @@ def test_the_search_strategies_know_nothing_of_the_model():
     path = PACKAGE / "search.py"
     imported = {node.module for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                 if isinstance(node, ast.ImportFrom)}
-    assert imported <= {"__future__", "typing", "transformer.constants"}, imported
+    assert imported <= {"__future__", "typing", "transformer.constants",
+                        "transformer.strategies"}, imported
     assert not _attribute_uses(path, _MODEL_PARTS | {"decode_step", "encode", "initial_cache"})

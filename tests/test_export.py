@@ -6,11 +6,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import keras
 import pytest
 import tensorflow as tf
 from translate_helpers import copy_run
 
-from transformer.translate import export_translator
+from transformer import Transformer
+from transformer.strategies import Beam, Sample
+from transformer.translate import Translator, export_translator
 
 RELOAD_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -58,7 +61,7 @@ def test_export_reloads_in_a_fresh_process_with_the_same_translations(
     expected = {
         "batch": [r.text for r in translator(sentences)],
         "one": translator(sentences[0]).text,
-        "beam": [r.text for r in translator(sentences, max_length=30, beam_size=4, alpha=0.6)],
+        "beam": [r.text for r in translator(sentences, max_length=30, search=Beam(4, 0.6))],
         "top1": [r.text for r in translator(sentences, max_length=30)],
         "seeded": True,
     }
@@ -96,3 +99,37 @@ def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
     sentence = "o gato come o bolo"
     assert reloaded(tf.constant(sentence)).numpy().decode() == translator(sentence).text
 
+
+
+def test_the_export_trims_and_samples_as_the_translator_does(translator, test_pairs, tmp_path):
+    """An export whose output cap (12) is below the model's max_length (64):
+    inputs are trimmed at the model's length, not the cap; the default call
+    runs the export's strategy; `sample` draws what `Translator` draws for
+    the same seed."""
+    keras.utils.set_random_seed(1)
+    model = Transformer(num_layers=1, d_model=16, num_heads=2, dff=32, max_length=64,
+                        input_vocab_size=translator.transformer.input_vocab_size,
+                        target_vocab_size=translator.transformer.target_vocab_size)
+    model.build(((None, None), (None, None)))
+    small = Translator(translator.tokenizers, model, max_length=12)
+    sentences = [test_pairs[1][0], " ".join([test_pairs[0][0]] * 2), test_pairs[2][0],
+                 " ".join([test_pairs[3][0]] * 30)]
+    lengths = [len(r.input_tokens) for r in small(sentences, return_attention=False)]
+    assert 12 < lengths[1] < 64 and lengths[3] == 64  # trimmed at the model's length only
+    exported = tf.saved_model.load(str(export_translator(small, tmp_path / "export",
+                                                         search=Beam(3))))
+
+    def texts(tensor):
+        return [t.decode() for t in tensor.numpy()]
+
+    assert texts(exported(tf.constant(sentences))) == [
+        r.text for r in small(sentences, search=Beam(3), return_attention=False)]
+    samples = []
+    for seed in (1, 2):
+        sampled = texts(exported.sample(tf.constant(sentences), tf.constant(12),
+                                        tf.constant(seed, tf.int64), tf.constant(1.0),
+                                        tf.constant(0), tf.constant(1.0)))
+        assert sampled == [r.text for r in small(sentences, search=Sample(seed=seed),
+                                                 return_attention=False)]
+        samples.append(sampled)
+    assert samples[0] != samples[1]  # the seed matters, so the comparison can fail

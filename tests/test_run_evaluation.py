@@ -210,3 +210,27 @@ def test_evaluation_of_the_tiny_run_is_its_own_translations_scored(
     written = rundir.read_json(Path(tiny_run.run_dir) / rundir.METRICS_JSON)["test"]
     for key, value in evaluation.to_dict().items():
         assert written[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+def test_evaluate_decodes_with_the_beam_it_is_given(tiny_run, translator, test_pairs):
+    """On sentences where the tiny model's beam of 4 and greedy decoding
+    disagree, `evaluate(..., beam_size=4)` gives the beam's translations."""
+    from transformer.strategies import Beam
+    from transformer.translate import Translator
+
+    model, tokenizers = translator.transformer, translator.tokenizers
+    max_tokens = tiny_run.config.resolved_max_tokens
+    reference = Translator(tokenizers, model, max_length=max_tokens)
+    sources = [source for source, _ in test_pairs]
+    greedy = [r.text for r in reference(sources, return_attention=False)]
+    beam = [r.text for r in reference(sources, search=Beam(4), return_attention=False)]
+    chosen = [i for i in range(len(sources)) if greedy[i] != beam[i]][:4]
+    assert chosen, "beam and greedy agree everywhere: the test could not fail"
+    chosen.append(next(i for i in range(len(sources)) if greedy[i] == beam[i]))
+    result = evaluation.evaluate(model, tokenizers, [test_pairs[i] for i in chosen],
+                                 max_tokens=max_tokens, beam_size=4)
+    assert result.beam_size == 4
+    assert result.translations == [beam[i] for i in chosen]
+    greedy_result = evaluation.evaluate(model, tokenizers, [test_pairs[i] for i in chosen],
+                                        max_tokens=max_tokens)
+    assert greedy_result.translations == [greedy[i] for i in chosen]

@@ -1,4 +1,5 @@
-"""Tests of transformer/translate.py and transformer/pipeline.py: the `Translator`.
+"""Tests of transformer/translate.py, the pipeline of transformer/decoding.py and the
+strategies of transformer/strategies.py: the `Translator`.
 
 Decoding itself (greedy, beam, sampling, cached against naive) is tested in
 test_decoding.py, the export in test_export.py.
@@ -22,6 +23,7 @@ from transformer.decoding import (
     sequence_log_probs,
 )
 from transformer.rundir import CONFIG_FILE, RunDirError
+from transformer.strategies import Beam, Greedy, Sample
 from transformer.translate import Translation, Translator
 
 # --- Translator --------------------------------------------------------------------
@@ -86,13 +88,14 @@ def test_translator_greedy_and_beam(translator, test_pairs):
         np.testing.assert_array_equal(g.token_ids, cached[row, :n])
         assert g.token_ids[-1] == END_ID or n == translator.max_length
         assert g.score == pytest.approx(g.log_prob)
-    # beam_size=1 is greedy decoding whatever alpha (only the score changes).
-    beam_one = translator(sentences, beam_size=1, alpha=0.6)
+    # A beam of 1 is greedy decoding whatever alpha (only the score changes).
+    beam_one = translator(sentences, search=Beam(size=1, alpha=0.6))
     for g, b in zip(greedy, beam_one, strict=True):
         assert b.text == g.text
-        assert b.score == pytest.approx(g.log_prob / length_penalty(len(g.token_ids), 0.6))
+        assert b.score == pytest.approx(g.log_prob / length_penalty(len(g.token_ids), 0.6),
+                                        rel=1e-5)
     # A beam of 4 returns beam_search_decode's output, scored as the model scores it.
-    beam = translator(sentences, beam_size=4)
+    beam = translator(sentences, search=Beam(4))
     tokens, scores = beam_search_decode(model, encoder_tokens, translator.max_length,
                                         beam_size=4, alpha=0.6)
     for row, b in enumerate(beam):
@@ -108,7 +111,7 @@ def test_translator_greedy_and_beam(translator, test_pairs):
     worse = b_scores < g_scores - 1e-5
     assert worse.sum() <= 2, b_scores - g_scores
     assert b_scores.mean() > g_scores.mean()
-    assert translator.greedy_tracing_count == 1 and translator.beam_tracing_count == 1
+    assert translator.tracing_count(Greedy) == 1 and translator.tracing_count(Beam()) == 1
 
 
 def _attention_step_by_step(model, encoder_tokens, token_ids):
@@ -144,14 +147,14 @@ def _attention_step_by_step(model, encoder_tokens, token_ids):
     return {**encoder, **decoder}
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
-def test_attention_weights_shapes_rows_and_values(translator, test_pairs, beam_size):
+@pytest.mark.parametrize("search", [Greedy(), Beam(3)])
+def test_attention_weights_shapes_rows_and_values(translator, test_pairs, search):
     sentences = [source for source, _ in test_pairs[:3]]
     encoder_tokens, _ = translator.encode(sentences)
     encoder_tokens = encoder_tokens.numpy()
     input_lengths = (encoder_tokens != PAD_ID).sum(axis=1)
     assert len(set(input_lengths)) > 1  # the batch is padded
-    results = translator(sentences, beam_size=beam_size)
+    results = translator(sentences, search=search)
     model = translator.transformer
     heads, layers = model.num_heads, model.num_layers
     for row, result in enumerate(results):
@@ -176,7 +179,7 @@ def test_attention_weights_shapes_rows_and_values(translator, test_pairs, beam_s
         assert np.abs(np.triu(block1, k=1)).max() == 0.0
         # The tokens: greedy decoding's (the tutorial's loop, this sentence alone).
         sentence = encoder_tokens[row, :s]
-        if beam_size == 1:
+        if search == Greedy():
             naive = naive_greedy_decode(model, sentence[np.newaxis], translator.max_length)
             np.testing.assert_array_equal(result.token_ids, naive.numpy()[0])
         # The weights: the model's own for this sentence and these tokens, step by step.
@@ -204,7 +207,7 @@ def test_empty_sentences_give_empty_translations(translator, test_pairs):
     assert results[0].token_ids.shape == (0,)
     assert results[1].text == translator(sentence).text
     assert translator("").text == ""
-    assert translator(["", ""], beam_size=3)[1].text == ""
+    assert translator(["", ""], search=Beam(3))[1].text == ""
 
 
 def test_unknown_words_go_through_unk(translator):
@@ -232,10 +235,8 @@ def test_max_length_caps_the_output(translator, test_pairs, caplog):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"beam_size": 0}, "beam_size"),
     ({"max_length": 0}, "max_length"),
-    ({"alpha": -1.0}, "alpha"),
-    ({"alpha": float("nan")}, "alpha"),
+    ({"search": "beam"}, "`search`.*Received: search='beam'"),
 ])
 def test_bad_arguments_are_clear_errors(translator, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -273,22 +274,22 @@ def test_unreadable_model_is_a_one_line_error(run_dir, tmp_path):
 
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("search", [Greedy(), Beam(3)])
 def test_batches_sorted_by_length_keep_the_order_and_the_results(translator, test_pairs,
-                                                                 beam_size):
+                                                                 search):
     """A list is decoded in batches of sentences of about equal length; each
     result is the one the sentence gets in a batch of its own."""
     sentences = [source for source, _ in test_pairs[:7]]
     sentences[2] = sentences[2] + " e o gato come o bolo"  # a longer one, out of order
-    batched = translator(sentences, beam_size=beam_size, batch_size=2)
+    batched = translator(sentences, search=search, batch_size=2)
     for sentence, result in zip(sentences, batched, strict=True):
-        alone = translator(sentence, beam_size=beam_size)
+        alone = translator(sentence, search=search)
         assert (result.text, result.tokens, result.input_tokens) == (
             alone.text, alone.tokens, alone.input_tokens)
         assert result.score == pytest.approx(alone.score, abs=1e-4)
     # Attention weights of a batched result are its own sentence's.
     first = batched[2].attention_weights["decoder_layer1_block2"]
-    alone = translator(sentences[2], beam_size=beam_size).attention_weights
+    alone = translator(sentences[2], search=search).attention_weights
     np.testing.assert_allclose(first, alone["decoder_layer1_block2"], atol=1e-5)
 
 
@@ -316,13 +317,13 @@ def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, t
     model = untrained.transformer
     sentences = [source for source, _ in test_pairs[:12]]
     calls = []  # (sentences, extra_length) of every batch the greedy pipeline decodes
-    pipeline = untrained._pipelines["greedy"]
+    pipeline = untrained._pipelines[Greedy]
 
     def spy(batch, max_length, extra_length, *settings):
         calls.append(([s.decode() for s in batch.numpy()], int(extra_length)))
         return pipeline(batch, max_length, extra_length, *settings)
 
-    untrained._pipelines["greedy"] = spy
+    untrained._pipelines[Greedy] = spy
     results = untrained(sentences, batch_size=4)
     # Two passes: every sentence first, to input length + TRANSLATE_FIRST_PASS_EXTRA,
     # then only those cut there without [END], to their full limit.
@@ -357,14 +358,14 @@ def test_beam_translation_in_two_passes_gives_the_one_pass_results(tiny_run, tra
     model = untrained.transformer
     sentences = [source for source, _ in test_pairs[:12]]
     calls = []  # extra_length of every batch the beam pipeline decodes, and its size
-    pipeline = untrained._pipelines["beam"]
+    pipeline = untrained._pipelines[Beam]
 
     def spy(batch, max_length, extra_length, *settings):
         calls.append((int(extra_length), int(batch.shape[0])))
         return pipeline(batch, max_length, extra_length, *settings)
 
-    untrained._pipelines["beam"] = spy
-    results = untrained(sentences, batch_size=4, beam_size=3, alpha=0.6)
+    untrained._pipelines[Beam] = spy
+    results = untrained(sentences, batch_size=4, search=Beam(3, 0.6))
     first = [size for extra, size in calls if extra == TRANSLATE_FIRST_PASS_EXTRA]
     second = [size for extra, size in calls if extra == untrained.extra_length]
     assert len(calls) == len(first) + len(second) and sum(first) == len(sentences)
@@ -386,8 +387,8 @@ def test_beam_translation_in_two_passes_gives_the_one_pass_results(tiny_run, tra
 def test_n_best_lists_are_sorted_scored_and_start_with_the_beam_answer(translator,
                                                                        test_pairs):
     sentences = [source for source, _ in test_pairs[:6]] + [""]
-    lists = translator(sentences, n_best=3)  # a beam of 4 (the paper's), the best 3
-    beam = translator(sentences, beam_size=4)
+    lists = translator(sentences, search=Beam(n_best=3))  # a beam of 4, the best 3
+    beam = translator(sentences, search=Beam(4))
     encoder_tokens, _ = translator.encode(sentences[:6])
     for row, (hypotheses, best) in enumerate(zip(lists[:6], beam, strict=False)):
         assert len(hypotheses) == 3 and all(isinstance(h, Translation) for h in hypotheses)
@@ -403,43 +404,55 @@ def test_n_best_lists_are_sorted_scored_and_start_with_the_beam_answer(translato
             assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.token_ids), 0.6))
     assert [h.text for h in lists[6]] == ["", "", ""]
     # The translator's own default, and one sentence: a list of n.
-    two_best = Translator(translator.tokenizers, translator.transformer, n_best=2)
+    two_best = Translator(translator.tokenizers, translator.transformer, search=Beam(n_best=2))
     assert [h.text for h in two_best(sentences[0])] == [h.text for h in lists[0][:2]]
-    assert translator.tracing_count("beam") == 1
+    assert translator.tracing_count(Beam) == 1
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy(translator, test_pairs):
     sentences = [source for source, _ in test_pairs[:20]]
     greedy = translator(sentences)
-    top1 = translator(sentences, top_k=1, seed=4, temperature=2.0)
+    top1 = translator(sentences, search=Sample(temperature=2.0, top_k=1, seed=4))
     assert [r.text for r in top1] == [r.text for r in greedy]
     assert [r.log_prob for r in top1] == pytest.approx([r.log_prob for r in greedy], abs=1e-4)
-    first = translator(sentences, temperature=1.5, seed=1)
-    assert [r.text for r in translator(sentences, temperature=1.5, seed=1)] == [
+    first = translator(sentences, search=Sample(temperature=1.5, seed=1))
+    assert [r.text for r in translator(sentences, search=Sample(1.5, seed=1))] == [
         r.text for r in first]
-    assert [r.text for r in translator(sentences, temperature=1.5, seed=2)] != [
+    assert [r.text for r in translator(sentences, search=Sample(1.5, seed=2))] != [
         r.text for r in first]
     encoder_tokens, _ = translator.encode(sentences)
     for row, result in enumerate(first[:5]):
         log_prob, _ = sequence_log_probs(translator.transformer, encoder_tokens[row:row + 1],
                                          result.token_ids[np.newaxis])
         assert result.log_prob == pytest.approx(log_prob[0], abs=1e-4)
-    assert translator.tracing_count("sample") == 1
+    assert translator.tracing_count(Sample) == 1
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"top_p": 1.5}, "top_p"),
-    ({"top_p": 0.0}, "top_p"),
-    ({"top_k": 0}, "top_k"),
-    ({"temperature": 0.0}, "temperature"),
-    ({"temperature": float("inf")}, "temperature"),
-    ({"seed": -1}, "seed"),
-    ({"n_best": 3, "beam_size": 2}, "beam_size >= n_best"),
-    ({"top_k": 5, "beam_size": 4}, "sampling"),
-    ({"seed": 1, "n_best": 2}, "sampling"),
+@pytest.mark.parametrize("make,match", [
+    (lambda: Beam(size=0), r"`size`, expected an integer >= 1\. Received: size=0"),
+    (lambda: Beam(alpha=-1.0), r"`alpha`.*Received: alpha=-1\.0"),
+    (lambda: Beam(alpha=float("nan")), "alpha"),
+    (lambda: Beam(size=2, n_best=3), "size >= n_best"),
+    (lambda: Beam(n_best=0), "n_best"),
+    (lambda: Sample(top_p=1.5), "top_p"),
+    (lambda: Sample(top_p=0.0), "top_p"),
+    (lambda: Sample(top_k=0), "top_k"),
+    (lambda: Sample(temperature=0.0), "temperature"),
+    (lambda: Sample(temperature=float("inf")), "temperature"),
+    (lambda: Sample(seed=-1), "seed"),
+    (lambda: Sample(seed=1.5), "seed"),
 ])
-def test_bad_search_settings_are_clear_errors(translator, kwargs, match):
+def test_strategies_check_their_own_settings(make, match):
     with pytest.raises(ValueError, match=match):
-        translator("o gato", **kwargs)
-    with pytest.raises(ValueError, match=match):
-        Translator(translator.tokenizers, translator.transformer, **kwargs)
+        make()
+
+
+def test_strategies_are_frozen_and_know_their_settings():
+    assert Beam() == Beam(size=4, alpha=0.6, n_best=1)
+    with pytest.raises(AttributeError):
+        Beam().size = 2
+    assert Beam(3, 0.0, 2).settings() == {"size": 3, "alpha": 0.0, "n_best": 2}
+    assert Sample(seed=5).settings() == {"seed": 5, "temperature": 1.0, "top_k": 0,
+                                         "top_p": 1.0}
+    assert [name for name, _ in Sample.SETTINGS] == list(Sample(seed=1).settings())
+    assert Greedy().settings() == {}

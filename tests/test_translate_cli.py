@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from transformer.cli.translate import main
+from transformer.strategies import Beam, Greedy, Sample
 from transformer.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,8 +108,8 @@ def test_stdin_lines_beam_search_and_one_plot_per_sentence(run_dir, sentences, t
                  "--plot", "attention.png", "--layer", "1"], tmp_path, stdin=stdin)
     assert done.returncode == 0, done.stderr
     _assert_clean_stderr(done.stderr)
-    expected = translator([sentences[0], "", sentences[1]], max_length=20, beam_size=3,
-                          alpha=0.6)
+    expected = translator([sentences[0], "", sentences[1]], max_length=20,
+                          search=Beam(3, alpha=0.6))
     assert done.stdout.splitlines() == [r.text for r in expected]
     for name in ("attention_1.png", "attention_3.png"):
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
@@ -239,7 +240,7 @@ def test_a_byte_order_mark_on_stdin_is_not_translated(run_dir, sentences, transl
 
 
 def test_scores_follow_a_tab_and_are_the_searchs_own(run_dir, sentences, translator, cli):
-    for extra, kwargs in (([], {}), (["--beam", "3"], {"beam_size": 3})):
+    for extra, kwargs in (([], {}), (["--beam", "3"], {"search": Beam(3)})):
         status, stdout, _ = cli("--run", run_dir, *sentences, "--scores", *extra)
         assert status == 0
         expected = translator(sentences, **kwargs)
@@ -252,7 +253,7 @@ def test_n_best_lines_are_sorted_and_the_first_is_beam_fours_answer(run_dir, sen
                                                                      translator, cli):
     status, stdout, _ = cli("--run", run_dir, *sentences, "--n-best", "3")
     assert status == 0 and len(stdout) == 3 * len(sentences)
-    beam = translator(sentences, beam_size=4)
+    beam = translator(sentences, search=Beam(4))
     for i, best in enumerate(beam):
         lines = [line.split("\t") for line in stdout[3 * i : 3 * i + 3]]
         assert all(len(parts) == 2 for parts in lines)
@@ -290,23 +291,51 @@ def test_without_search_options_the_run_decodes_as_it_was_evaluated(run_dir, sen
     its config.json; greedy when it has none), as train.py scored it."""
     import json
 
-    from transformer.cli import translate as translate_cli
-    from transformer.search_options import SearchOptions
+    from transformer import rundir
 
     saved = json.loads((run_dir / "config.json").read_text())
     status, greedy, _ = cli("--run", run_dir, *sentences)
     assert status == 0 and saved["eval_beam_size"] == 1
     assert greedy == [result.text for result in translator(sentences)]
-    monkeypatch.setattr(translate_cli.rundir, "read_json",
-                        lambda path: {**saved, "eval_beam_size": 4})
+    monkeypatch.setattr(rundir, "read_json", lambda path: {**saved, "eval_beam_size": 4})
     status, default, _ = cli("--run", run_dir, *sentences)
     assert status == 0
-    assert default == [result.text for result in translator(sentences, beam_size=4)]
+    assert default == [result.text for result in translator(sentences, search=Beam(4))]
     status, chosen, _ = cli("--run", run_dir, *sentences, "--beam", "1")
     assert chosen == greedy
     # What no option chooses, and what an option keeps.
-    assert translate_cli._with_the_run_beam(SearchOptions(), run_dir).beam_size == 4
-    assert translate_cli._with_the_run_beam(SearchOptions(seed=1), run_dir).beam_size is None
-    assert translate_cli._with_the_run_beam(SearchOptions(n_best=2), run_dir).beam_size is None
-    monkeypatch.setattr(translate_cli.rundir, "read_json", lambda path: {})
-    assert translate_cli._with_the_run_beam(SearchOptions(), run_dir).beam_size is None  # greedy
+    assert _strategy(run_dir) == Beam(4)
+    assert _strategy(run_dir, "--alpha", "0.3") == Beam(4, alpha=0.3)
+    assert _strategy(run_dir, "--seed", "1") == Sample(seed=1)
+    assert _strategy(run_dir, "--n-best", "2") == Beam(4, n_best=2)
+    assert _strategy(run_dir, "--n-best", "5") == Beam(5, n_best=5)
+    assert _strategy(run_dir, "--beam", "1") == Greedy()
+    monkeypatch.setattr(rundir, "read_json", lambda path: {})
+    assert _strategy(run_dir) == Greedy()
+    assert _strategy(run_dir, "--alpha", "0.3") == Beam(1, alpha=0.3)  # scored with lp
+
+
+def _strategy(run_dir, *options):
+    from transformer.cli import translate as translate_cli
+
+    args = translate_cli.parse_args(["--run", str(run_dir), "o gato", *options])
+    return translate_cli.search_strategy(args, args.run)
+
+
+def test_from_run_decodes_as_translate_py_does(run_dir, test_sources, translator, tmp_path,
+                                                capsys):
+    """A run evaluated with a beam of 4: `Translator.from_run` and
+    `translate.py --run` both search that beam, with the same translations."""
+    import json
+
+    from translate_helpers import copy_run
+
+    copy = copy_run(run_dir, tmp_path / "run")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "eval_beam_size": 4}))
+    loaded = Translator.from_run(copy)
+    assert loaded.search == Beam(4)
+    expected = [r.text for r in loaded(test_sources, return_attention=False)]
+    assert expected != [r.text for r in translator(test_sources)]  # not greedy decoding
+    assert main(["--run", str(copy), *test_sources]) == 0
+    assert capsys.readouterr().out.splitlines() == expected

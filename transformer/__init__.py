@@ -50,7 +50,9 @@ _EXPORTS = {
     "masked_accuracy": "training",
     "Translator": "translate",
     "Translation": "translate",
-    "SearchOptions": "translate",
+    "Greedy": "strategies",
+    "Beam": "strategies",
+    "Sample": "strategies",
     "export_translator": "translate",
 }
 

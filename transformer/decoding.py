@@ -1,4 +1,9 @@
-"""Decoding a `Transformer`: its step as a callback for the search strategies.
+"""Decoding a `Transformer`, from token ids and from text: the model as the
+search strategies' callback, and the translation pipeline in TensorFlow ops.
+
+`transformer.search` holds the search loops and knows no model;
+`transformer.translate.Translator` (Python objects in and out) and the
+SavedModel of `transformer.export` both run this module's `translate_batch`.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017). The model
 exposes the two halves that it needs, `Transformer.encode` (run once per
@@ -14,11 +19,15 @@ search strategies of `transformer.search`, and runs them:
 - `cached_greedy_decode`, `beam_search_decode` and `sample_decode` run greedy
   search, beam search and sampling on the cached step; cached greedy
   decoding gives the naive loop's tokens, much faster.
-- `decode` runs any of them by name with its settings as tensors
-  (`SEARCH_SETTINGS`), with one output layout: the translation pipeline and
-  the compiled functions (`compile_decode`) use it.
+- `decode` runs any strategy object (`Greedy()`, `Beam(4)`, `Sample(seed=1)`
+  of `transformer.strategies`) with one output layout; `compile_decode`
+  compiles it once per strategy type, the settings being tensor inputs.
 - `output_limits`: each sentence's most output tokens, input length + 50
   (section 6.1); `sequence_log_probs` scores given outputs.
+- `translate_batch`: strings to strings (tokenize, trim, encode, search, cut
+  at `[END]`, detokenize), eagerly or in graphs; `compile_pipeline` compiles
+  it once per strategy type; `load_run` reads a run directory's tokenizers
+  and model.
 
 Conventions: token ids are those of `transformer.constants` (0 `[PAD]`,
 2 `[START]`, 3 `[END]`); "output tokens" are the generated tokens without the
@@ -29,63 +38,65 @@ a length counts output tokens, `[END]` included. Masks follow docs/design.md:
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import NamedTuple
+
+import keras
 import numpy as np
 import tensorflow as tf
 
+import transformer.model  # noqa: F401 - registers the Keras classes that model.keras names
+from transformer import rundir
 from transformer.constants import (
     DEFAULT_ALPHA,
     DEFAULT_BEAM_SIZE,
     DEFAULT_EXTRA_LENGTH,
+    DEFAULT_MAX_OUTPUT_LENGTH,
     END_ID,
     PAD_ID,
     START_ID,
 )
+from transformer.data.tokenizers import load_tokenizers
 from transformer.search import (
     beam_search,
     greedy_search,
     length_penalty,
     repeat_beams,
+    run_search,
     sample_search,
+    setting_specs,
 )
+from transformer.strategies import Beam
 
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_BEAM_SIZE",
     "DEFAULT_EXTRA_LENGTH",
-    "SEARCH_SETTINGS",
+    "TranslationOutput",
     "beam_search_decode",
     "cached_greedy_decode",
     "compile_decode",
+    "compile_pipeline",
     "decode",
+    "default_max_length",
     "length_penalty",
+    "load_run",
     "naive_greedy_decode",
     "output_lengths",
     "output_limits",
     "sample_decode",
     "sequence_log_probs",
     "start_decoding",
+    "tokenize_and_trim",
+    "translate_batch",
 ]
 
 TOKENS_SPEC = tf.TensorSpec([None, None], tf.int64, name="encoder_tokens")
 LIMITS_SPEC = tf.TensorSpec([None], tf.int32, name="limits")
 FLAGS_SPEC = tf.TensorSpec([None], tf.bool, name="initial_finished")
 
-# Each search strategy's settings, in the order `decode` takes them, as the
-# scalar tensors of a fixed `tf.function` signature.
-SEARCH_SETTINGS = {
-    "greedy": (),
-    "beam": (
-        tf.TensorSpec([], tf.int32, name="beam_size"),
-        tf.TensorSpec([], tf.float32, name="alpha"),
-        tf.TensorSpec([], tf.int32, name="n_best"),
-    ),
-    "sample": (
-        tf.TensorSpec([], tf.int64, name="seed"),
-        tf.TensorSpec([], tf.float32, name="temperature"),
-        tf.TensorSpec([], tf.int32, name="top_k"),
-        tf.TensorSpec([], tf.float32, name="top_p"),
-    ),
-}
+SENTENCES_SPEC = tf.TensorSpec([None], tf.string, name="sentences")
+_SCALAR_INT = tf.TensorSpec([], tf.int32)
 
 
 # ---------------------------------------------------------------------------
@@ -257,66 +268,49 @@ def sample_decode(model, encoder_tokens, max_length, seed, temperature=1.0, top_
     )
 
 
-def decode(model, encoder_tokens, limits, initial_finished, search, *settings,
+def decode(model, encoder_tokens, limits, initial_finished, search, settings=None, *,
            return_stopped=False):
-    """Runs the search strategy `search` with its `settings` (see `SEARCH_SETTINGS`).
+    """Runs a search strategy on the cached decoder (`transformer.search.run_search`).
 
     Args:
         model: a `Transformer`.
         encoder_tokens: int64 `(batch, input_len)`.
         limits: int32 `(batch,)`: each sentence's most output tokens.
         initial_finished: bool `(batch,)`: sentences to skip.
-        search: `"greedy"`, `"beam"` (settings `beam_size, alpha, n_best`) or
-            `"sample"` (settings `seed, temperature, top_k, top_p`).
-        return_stopped: also return bool `(batch,)`: the sentences whose
-            search their limit stopped (greedy and sampling: without `[END]`).
-            The others have the output they would have with any higher limit.
+        search: a strategy object (`Greedy()`, `Beam(4, 0.6, 2)`, `Sample(seed=1)`),
+            or its type with `settings`.
+        settings: the strategy's settings by name, as numbers or scalar tensors
+            (default: `search.settings()`).
+        return_stopped: also return bool `(batch,)`, see `run_search`.
 
     Returns:
-        `(tokens, scores)`: int64 `(batch, n, steps)` output tokens, best first,
-        and float32 `(batch, n)` the scores the search ranks by: `log P / lp`
-        for beam search, `log P` otherwise. `n` is `n_best` for beam search,
-        1 otherwise. With `return_stopped`, `(tokens, scores, stopped)`.
+        `(tokens, scores)`, int64 `(batch, n, steps)` and float32 `(batch, n)`,
+        best first (and `stopped` with `return_stopped`), see `run_search`.
     """
-    if search not in SEARCH_SETTINGS:
-        raise ValueError(f"Received an unknown search {search!r}; expected one of "
-                         f"{sorted(SEARCH_SETTINGS)}.")
-    if search == "beam":
-        beam_size, alpha, n_best = settings
-        next_logits, cache = start_decoding(model, encoder_tokens, beam_size)
-        return beam_search(next_logits, cache, limits, beam_size, alpha, n_best,
-                           initial_finished, return_stopped=return_stopped)
-    next_logits, cache = start_decoding(model, encoder_tokens)
-    if search == "greedy":
-        tokens, log_probs = greedy_search(next_logits, cache, limits, initial_finished)
-    else:
-        tokens, log_probs = sample_search(next_logits, cache, limits, *settings,
-                                          initial_finished=initial_finished)
-    outputs = (tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis])  # (batch, 1, steps), (batch, 1)
-    if not return_stopped:
-        return outputs
-    ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
-    skipped = tf.zeros_like(ended) if initial_finished is None else initial_finished
-    return (*outputs, ~ended & ~skipped)
+    kind = search if isinstance(search, type) else type(search)
+    settings = search.settings() if settings is None else settings
+    encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int64)
+    return run_search(kind, settings, lambda rows: start_decoding(model, encoder_tokens, rows),
+                      limits, initial_finished, return_stopped)
 
 
-def compile_decode(model, search):
-    """`decode(model, ..., search, ...)` compiled once for every shape and setting.
+def compile_decode(model, kind):
+    """`decode(model, ...)` for one strategy type, compiled once for every shape and setting.
 
     Returns:
-        A `tf.function` `f(encoder_tokens, limits, initial_finished, *settings)`
+        A `tf.function` `f(encoder_tokens, limits, initial_finished, settings)`
         with a fixed signature (int64 `(batch, input_len)`, int32 `(batch,)`,
-        bool `(batch,)` and the scalars of `SEARCH_SETTINGS[search]`); it traces
-        once, whatever the batch size, lengths and settings
+        bool `(batch,)` and the dict of scalars `setting_specs(kind)`); it
+        traces once, whatever the batch size, lengths and settings
         (`f.experimental_get_tracing_count()` stays 1).
     """
 
-    def compiled(encoder_tokens, limits, initial_finished, *settings):
-        return decode(model, encoder_tokens, limits, initial_finished, search, *settings)
+    def compiled(encoder_tokens, limits, initial_finished, settings):
+        return decode(model, encoder_tokens, limits, initial_finished, kind, settings)
 
     return tf.function(
         compiled,
-        input_signature=[TOKENS_SPEC, LIMITS_SPEC, FLAGS_SPEC, *SEARCH_SETTINGS[search]],
+        input_signature=[TOKENS_SPEC, LIMITS_SPEC, FLAGS_SPEC, setting_specs(kind)],
         autograph=False,
     )
 
@@ -409,3 +403,147 @@ def sequence_log_probs(model, encoder_tokens, output_tokens):
         model, encoder_tokens, output_tokens, lengths, attention=False
     )
     return token_log_probs.numpy().astype(np.float64).sum(axis=1), lengths.numpy()
+
+
+# ---------------------------------------------------------------------------
+# From text to text.
+
+
+def tokenize_and_trim(tokenizer, sentences, max_input_length):
+    """Tokenizes a batch of strings, trimming rows longer than `max_input_length`.
+
+    A trimmed row keeps its first `max_input_length - 1` tokens and its
+    `[END]`. Works eagerly and in graphs.
+
+    Returns:
+        `(encoder_tokens, raw_lengths, empty)`: int64 `(batch, input_len)` padded
+        with 0, int64 `(batch,)` untrimmed lengths, and bool `(batch,)`, True for
+        a sentence with no tokens between `[START]` and `[END]`.
+    """
+    ragged = tokenizer.tokenize(sentences)  # (batch, None): [START] ... [END]
+    ragged = tf.cast(ragged, tf.int64)
+    raw_lengths = ragged.row_lengths()  # (batch,)
+    head = ragged[:, :-1][:, : max_input_length - 1]  # [START] and at most max - 2 tokens
+    trimmed = tf.concat([head, ragged[:, -1:]], axis=1)  # ... and the final [END]
+    encoder_tokens = trimmed.to_tensor(default_value=PAD_ID)  # (batch, input_len)
+    return encoder_tokens, raw_lengths, raw_lengths <= 2
+
+
+class TranslationOutput(NamedTuple):
+    """What `translate_batch` computes for a batch (`n` hypotheses per sentence)."""
+
+    encoder_tokens: tf.Tensor  # (batch, input_len) int64: the source as the model saw it
+    input_lengths: tf.Tensor  # (batch,) int64: source tokens before trimming
+    empty: tf.Tensor  # (batch,) bool: no tokens between [START] and [END]
+    limits: tf.Tensor  # (batch,) int32: each sentence's most output tokens
+    stopped: tf.Tensor  # (batch,) bool: the search stopped at the limit (see `decode`)
+    tokens: tf.Tensor  # (batch, n, steps) int64: output tokens, [PAD] after the end
+    lengths: tf.Tensor  # (batch, n) int64: output tokens, [END] included; 0 if empty
+    scores: tf.Tensor  # (batch, n) float32: what the search ranks by (log P / lp for a beam)
+    log_probs: tf.Tensor  # (batch, n) float32: log P(Y | X)
+    texts: tf.Tensor  # (batch, n) string: the detokenized outputs
+
+
+def translate_batch(tokenizers, model, sentences, max_length, extra_length, search,
+                    settings=None):
+    """Translates a batch of strings: the whole pipeline, in TensorFlow ops.
+
+    Args:
+        tokenizers: an object with `.source` and `.target` tokenizers.
+        model: a `Transformer`.
+        sentences: string `(batch,)`.
+        max_length: int32 scalar, the most output tokens (at most the model's).
+        extra_length: int32 scalar: each output also gets at most its input's
+            length plus this many tokens (section 6.1: input length + 50).
+        search, settings: the search strategy (an object, or its type with its
+            settings as tensors), see `decode`.
+
+    Returns:
+        A `TranslationOutput`. An output stops after its first `[END]`, or
+        at its sentence's limit; an empty sentence gets no tokens.
+    """
+    kind = search if isinstance(search, type) else type(search)
+    settings = search.settings() if settings is None else settings
+    encoder_tokens, input_lengths, empty = tokenize_and_trim(
+        tokenizers.source, sentences, int(model.max_length)
+    )
+    max_length = tf.minimum(max_length, int(model.max_length))
+    limits = output_limits(encoder_tokens, max_length, extra_length)  # (batch,)
+    tokens, scores, stopped = decode(model, encoder_tokens, limits, empty, kind, settings,
+                                     return_stopped=True)
+    # Up to [END], or to the sentence's own limit when it stopped there.
+    lengths = tf.minimum(output_lengths(tokens), tf.cast(limits, tf.int64)[:, tf.newaxis])
+    lengths = tf.where(empty[:, tf.newaxis], tf.constant(0, tf.int64), lengths)  # (batch, n)
+    in_output = tf.sequence_mask(lengths, tf.shape(tokens)[2])  # (batch, n, steps)
+    tokens = tf.where(in_output, tokens, tf.constant(PAD_ID, tf.int64))
+    log_probs = scores
+    if kind is Beam:  # the beam's score is log P / lp: undo the penalty
+        log_probs = scores * length_penalty(lengths, settings["alpha"])
+    shape = tf.shape(tokens)
+    texts = tokenizers.target.detokenize(tf.reshape(tokens, [-1, shape[2]]))  # (batch * n,)
+    return TranslationOutput(
+        encoder_tokens=encoder_tokens, input_lengths=input_lengths, empty=empty, limits=limits,
+        stopped=stopped,
+        tokens=tokens, lengths=lengths, scores=scores, log_probs=log_probs,
+        texts=tf.reshape(texts, shape[:2]),
+    )
+
+
+def compile_pipeline(tokenizers, model, kind):
+    """`translate_batch` for one strategy type, compiled once for every shape.
+
+    Returns:
+        A `tf.function` `f(sentences, max_length, extra_length, settings)` with
+        a fixed signature (string `(batch,)`, int32, int32 and the dict of
+        scalars `transformer.search.setting_specs(kind)`), traced once
+        (`f.experimental_get_tracing_count()` stays 1) whatever the settings.
+    """
+
+    def compiled(sentences, max_length, extra_length, settings):
+        return translate_batch(tokenizers, model, sentences, max_length, extra_length, kind,
+                               settings)
+
+    return tf.function(
+        compiled,
+        input_signature=[SENTENCES_SPEC, _SCALAR_INT, _SCALAR_INT, setting_specs(kind)],
+        autograph=False,
+    )
+
+
+def default_max_length(model, max_length=DEFAULT_MAX_OUTPUT_LENGTH):
+    """A translator's cap on output tokens: `max_length`, at most the model's."""
+    return min(int(max_length), int(model.max_length))
+
+
+def load_run(run_dir):
+    """The tokenizers and the model of a run directory written by train.py.
+
+    Returns:
+        `(tokenizers, model)`.
+
+    Raises:
+        transformer.rundir.RunDirError: a one-line message naming what is
+            missing or unreadable.
+    """
+    path = rundir.check_run_dir(run_dir)
+    rundir.read_json(path / rundir.CONFIG_FILE)  # a readable config marks a finished run
+    try:
+        tokenizers = load_tokenizers(path / rundir.TOKENIZERS_DIR)
+    except Exception as err:  # noqa: BLE001 - any loading failure is reported in one line
+        raise rundir.RunDirError(
+            f"Could not load the tokenizers from {str(path / rundir.TOKENIZERS_DIR)!r}: "
+            f"{_first_line(err)}"
+        ) from err
+    try:
+        model = keras.saving.load_model(Path(path) / rundir.MODEL_FILE, compile=False)
+    except Exception as err:  # noqa: BLE001
+        raise rundir.RunDirError(
+            f"Could not load the model from {str(path / rundir.MODEL_FILE)!r}: "
+            f"{_first_line(err)}"
+        ) from err
+    return tokenizers, model
+
+
+def _first_line(err):
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

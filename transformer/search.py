@@ -1,4 +1,8 @@
-"""Search strategies: greedy, sampling and beam search over a next-token function.
+"""The search loops in TensorFlow (greedy, sampling, beam) over a next-token function.
+
+`transformer.strategies` says what to search (objects, no TensorFlow);
+this module does it, knowing no model; `transformer.decoding` plugs the
+model in.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017): from
 `[START]`, each output token is chosen given the source and every token
@@ -19,7 +23,9 @@ and nothing here knows the model. Every strategy takes
 
 `transformer.decoding` builds the callback from a `Transformer`, as flax's
 `beam_search(..., tokens_to_logits, ...)` and keras-hub's samplers take
-theirs. The strategies:
+theirs. `run_search` is the one place where a strategy object of
+`transformer.strategies` (`Greedy`, `Beam`, `Sample`: what to search, no
+TensorFlow) becomes one of these loops (how, in TensorFlow ops):
 
 - `greedy_search`: the most probable token at every step;
 - `sample_search`: a token drawn at every step, from the distribution
@@ -46,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from transformer.constants import END_ID, PAD_ID, START_ID
+from transformer.strategies import STRATEGIES, Beam, Greedy
 
 __all__ = [
     "BeamState",
@@ -53,7 +60,10 @@ __all__ = [
     "greedy_search",
     "length_penalty",
     "repeat_beams",
+    "run_search",
     "sample_search",
+    "setting_specs",
+    "setting_tensors",
 ]
 
 
@@ -429,3 +439,62 @@ def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_
     state = _finish_alive(state, ~state.done, length_penalty(state.step, alpha), max_length, k)
     tokens, scores = state.finished_tokens[:, :n_best], state.finished_scores[:, :n_best]
     return (tokens, scores, state.stopped) if return_stopped else (tokens, scores)
+
+
+# ---------------------------------------------------------------------------
+# A strategy object, run.
+
+
+def setting_specs(kind):
+    """The scalar `tf.TensorSpec`s of a strategy type's settings, a dict by name
+    (the inputs of its compiled search, so other numbers do not retrace)."""
+    return {name: tf.TensorSpec([], tf.as_dtype(dtype), name=name)
+            for name, dtype in kind.SETTINGS}
+
+
+def setting_tensors(search):
+    """A strategy object's settings as the scalar tensors of `setting_specs`."""
+    specs = setting_specs(type(search))
+    return {name: tf.constant(value, specs[name].dtype)
+            for name, value in search.settings().items()}
+
+
+def run_search(kind, settings, start, limits, initial_finished=None, return_stopped=False):
+    """Runs the search of the strategy type `kind` with its `settings`.
+
+    Args:
+        kind: `Greedy`, `Beam` or `Sample` (`transformer.strategies`).
+        settings: a dict of its settings by name (numbers or scalar tensors,
+            see `setting_specs`), e.g. `search.settings()`.
+        start: `start(rows_per_sentence) -> (next_logits, cache)`: the callback
+            and its initial cache with that many rows per sentence (a beam
+            needs one per hypothesis).
+        limits, initial_finished: see the module docstring.
+        return_stopped: also return bool `(batch,)`: the sentences whose
+            search their limit stopped (greedy and sampling: without `[END]`).
+            The others have the output they would have with any higher limit.
+
+    Returns:
+        `(tokens, scores)`: int64 `(batch, n, steps)` output tokens, best first,
+        and float32 `(batch, n)` what the search ranks by: `log P / lp` for beam
+        search, `log P` otherwise; `n` is the beam's `n_best`, else 1. With
+        `return_stopped`, `(tokens, scores, stopped)`.
+    """
+    if kind not in STRATEGIES:
+        raise ValueError(f"Received an invalid value for argument `kind`, expected one of "
+                         f"Greedy, Beam, Sample. Received: kind={kind!r}")
+    if kind is Beam:
+        next_logits, cache = start(settings["size"])
+        return beam_search(next_logits, cache, limits, settings["size"], settings["alpha"],
+                           settings["n_best"], initial_finished, return_stopped=return_stopped)
+    next_logits, cache = start(1)
+    if kind is Greedy:
+        tokens, log_probs = greedy_search(next_logits, cache, limits, initial_finished)
+    else:
+        tokens, log_probs = sample_search(next_logits, cache, limits, **settings,
+                                          initial_finished=initial_finished)
+    outputs = (tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis])  # (batch, 1, steps), (batch, 1)
+    if not return_stopped:
+        return outputs
+    ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
+    return (*outputs, ~ended & ~_flags(initial_finished, tf.shape(tokens)[0]))

@@ -1,12 +1,14 @@
-"""Translating text with a trained Transformer: `Translator` and `Translation`.
+"""The Python API of translation: `Translator` (text in, `Translation`s out).
 
-`Translator` maps text to text with the translation pipeline of
-`transformer.pipeline` (tokenize, encode, search, cut at `[END]`,
-detokenize), compiled once per search strategy: greedy decoding, beam search
-with the `n_best` best hypotheses, or sampling (temperature, top-k, top-p,
-seeded). It hands back the text, the tokens, the score and, when asked for,
-every attention weight of the final output. `export_translator` (from
-`transformer.export`) writes the same pipeline as a SavedModel.
+Not the command line (`transformer/cli/translate.py`, which the script
+`translate.py` runs and which uses this module): `Translator` maps text to
+text with the pipeline of `transformer.decoding.translate_batch` (tokenize,
+encode, search, cut at `[END]`, detokenize), compiled once per strategy type
+of `transformer.strategies`: `Greedy()`, `Beam(size, alpha, n_best)` or
+`Sample(temperature, top_k, top_p, seed)`. It hands back the text, the
+tokens, the score and, when asked for, every attention weight of the final
+output. `export_translator` (from `transformer.export`) writes the same
+pipeline as a SavedModel.
 """
 
 from __future__ import annotations
@@ -32,24 +34,28 @@ from transformer.constants import (
 )
 from transformer.decoding import (
     DEFAULT_EXTRA_LENGTH,
-    SEARCH_SETTINGS,
     TOKENS_SPEC,
-    output_limits,
-    teacher_forced_pass,
-)
-from transformer.export import export_translator
-from transformer.pipeline import (
     compile_pipeline,
     default_max_length,
     load_run,
+    output_limits,
+    teacher_forced_pass,
     tokenize_and_trim,
 )
-from transformer.search import length_penalty
-from transformer.search_options import SearchOptions
+from transformer.export import export_translator
+from transformer.search import length_penalty, setting_tensors
+from transformer.strategies import (
+    STRATEGIES,
+    Beam,
+    Greedy,
+    Sample,
+    check_strategy,
+    run_strategy,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SearchOptions", "Translation", "Translator", "export_translator"]
+__all__ = ["Beam", "Greedy", "Sample", "Translation", "Translator", "export_translator"]
 
 
 class _LazyAttention(Mapping):
@@ -92,9 +98,9 @@ class Translation:
         input_tokens: the source's subword tokens, `[START]` ... `[END]`, as fed
             to the model (after trimming).
         token_ids: int64 numpy array of the output ids (without `[START]`).
-        score: what the search ranks by, `log P(Y | X) / lp(Y)` with the
-            call's `alpha` (0 for greedy decoding and sampling unless given,
-            i.e. the plain log-probability); `-inf` for an empty sentence.
+        score: what the search ranks by: `log P(Y | X) / lp(Y)` with the
+            beam's `alpha` for `Beam`, the plain `log P(Y | X)` for `Greedy`
+            and `Sample`; `-inf` for an empty sentence.
         log_prob: `log P(Y | X)` under the model, as the decoding loop summed it.
         attention_weights: for the final output, a mapping with every layer's
             `encoder_layer{i}` `(heads, input_len, input_len)`,
@@ -161,14 +167,15 @@ def _to_strings(values):
 class Translator:
     """Translates text with tokenizers and a trained `Transformer`.
 
-    Greedy decoding by default; beam search with `beam_size > 1` (and the
-    `n_best` best hypotheses of each sentence); sampling with `temperature`,
-    `top_k`, `top_p` or `seed` (see `SearchOptions`). All run the model's own
-    layers with their caches, in one compiled pipeline per strategy (traced
-    once for every batch size, length and setting). The scores come from the
-    decoding loop. The attention weights of the final output are computed
-    when first read, by one teacher-forced pass of the full model over the
-    call's batch, so they are exactly the model's.
+    The search is one strategy object (`transformer.strategies`): `Greedy()`
+    (the default), `Beam(size=4, alpha=0.6, n_best=1)` (with `n_best > 1`,
+    the `n_best` best hypotheses of each sentence) or `Sample(temperature,
+    top_k, top_p, seed)`. All run the model's own layers with their caches,
+    in one compiled pipeline per strategy type whose settings are tensor
+    inputs (traced once for every batch size, length and setting). The
+    scores come from the decoding loop. The attention weights of the final
+    output are computed when first read, by one teacher-forced pass of the
+    full model over the call's batch, so they are exactly the model's.
 
     Args:
         tokenizers: an object with `.source` and `.target` tokenizers, each with
@@ -180,9 +187,7 @@ class Translator:
         extra_length: each output also gets at most its input's length plus
             this many tokens (section 6.1 of the paper: input length + 50);
             None for no per-sentence limit.
-        beam_size, alpha, n_best, temperature, top_k, top_p, seed: default
-            search settings for every call (`SearchOptions`); a call's own
-            settings replace them.
+        search: the default strategy of every call (default `Greedy()`).
 
     Call arguments:
         sentence_or_list: a string or a list of strings (a batch).
@@ -191,18 +196,18 @@ class Translator:
             computed on first access of `Translation.attention_weights`.
         batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
             A list is sorted by length and cut into batches, so that a batch
-            of short sentences stops early; the results keep the list's
-            order. Greedy and beam search first stop every sentence at its
+            of short sentences stops early (sampling keeps the list's order,
+            on which its draws depend); the results keep the list's order.
+            Greedy and beam search first stop every sentence at its
             input length + `TRANSLATE_FIRST_PASS_EXTRA` tokens, then search
             the few their limit stopped again, in batches of their own, up
             to their full limit: a sentence that never emits `[END]` no
             longer holds up a whole batch, and the results are those of one
             pass.
-        beam_size, alpha, n_best, temperature, top_k, top_p, seed: the search
-            (`SearchOptions`).
+        search: this call's strategy (default: the translator's).
 
     Returns:
-        A `Translation` for a string, a list of them for a list; with
+        A `Translation` for a string, a list of them for a list; with a beam's
         `n_best > 1`, a list of `n_best` `Translation`s, best first, in place
         of each.
 
@@ -210,14 +215,14 @@ class Translator:
 
     >>> translator = Translator.from_run("runs/toy")
     >>> text, tokens, attention_weights = translator("o gato preto come o bolo")
-    >>> results = translator(["o gato", "os meninos não dormem"], beam_size=4)
-    >>> best_three = translator("o gato", n_best=3)           # beam of 4, best first
-    >>> sampled = translator("o gato", top_p=0.9, seed=1)      # the same seed gives the same sample
+    >>> results = translator(["o gato", "os meninos não dormem"], search=Beam(4))
+    >>> best_three = translator("o gato", search=Beam(n_best=3))  # beam of 4, best first
+    >>> sampled = translator("o gato", search=Sample(top_p=0.9, seed=1))  # same seed, same sample
     """
 
     def __init__(self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,
-                 extra_length=DEFAULT_EXTRA_LENGTH, *, beam_size=None, alpha=None, n_best=1,
-                 temperature=None, top_k=None, top_p=None, seed=None):
+                 extra_length=DEFAULT_EXTRA_LENGTH, *,
+                 search=Greedy()):  # noqa: B008 - a frozen object, safe to share
         for side in ("source", "target"):
             if not hasattr(tokenizers, side):
                 raise ValueError(
@@ -237,9 +242,9 @@ class Translator:
         self.transformer = transformer
         self.max_length = default_max_length(transformer, max_length)
         self.extra_length = extra_length
-        self.search = SearchOptions(beam_size, alpha, n_best, temperature, top_k, top_p, seed)
-        self._pipelines = {name: compile_pipeline(tokenizers, transformer, name)
-                           for name in SEARCH_SETTINGS}
+        self.search = check_strategy(search)
+        self._pipelines = {kind: compile_pipeline(tokenizers, transformer, kind)
+                           for kind in STRATEGIES}
         # The teacher-forced pass that gives the attention weights, compiled once.
         self._attention_pass = tf.function(
             functools.partial(teacher_forced_pass, transformer, attention=True),
@@ -252,28 +257,30 @@ class Translator:
 
     @classmethod
     def from_run(cls, run_dir, **kwargs):
-        """Loads the tokenizers and the model of a run directory written by train.py.
+        """The translator of a run directory written by train.py, decoding as the
+        run was evaluated, exactly as `translate.py --run RUN_DIR` does.
+
+        The tokenizers and the model are loaded as saved (the model in the
+        precision it was saved with, as translate.py loads it); the default
+        `search` is `transformer.strategies.run_strategy(run_dir)`: the beam of
+        the run's evaluation (`eval_beam_size` in config.json, alpha 0.6), or
+        `Greedy()` for a beam of 1 or none. Other arguments are the
+        constructor's.
 
         Raises:
             transformer.rundir.RunDirError: a one-line message naming what is
                 missing or unreadable.
         """
         tokenizers, model = load_run(run_dir)
+        if "search" not in kwargs:
+            kwargs["search"] = run_strategy(run_dir)
         return cls(tokenizers, model, **kwargs)
 
-    def tracing_count(self, search):
-        """How many times the compiled pipeline of `search` was traced (stays 1)."""
-        return self._pipelines[search].experimental_get_tracing_count()
-
-    @property
-    def greedy_tracing_count(self):
-        """How many times the compiled greedy pipeline was traced (stays 1)."""
-        return self.tracing_count("greedy")
-
-    @property
-    def beam_tracing_count(self):
-        """How many times the compiled beam-search pipeline was traced (stays 1)."""
-        return self.tracing_count("beam")
+    def tracing_count(self, kind):
+        """How many times the compiled pipeline of a strategy type (or of a
+        strategy object's type) was traced: stays 1."""
+        kind = kind if isinstance(kind, type) else type(kind)
+        return self._pipelines[kind].experimental_get_tracing_count()
 
     def encode(self, sentences):
         """Tokenizes and trims a list of strings as the model will see them.
@@ -288,9 +295,8 @@ class Translator:
         )
         return encoder_tokens, empty.numpy()
 
-    def __call__(self, sentence_or_list, max_length=None, beam_size=None, alpha=None,
-                 return_attention=True, batch_size=TRANSLATE_BATCH_SIZE, *, n_best=None,
-                 temperature=None, top_k=None, top_p=None, seed=None):
+    def __call__(self, sentence_or_list, max_length=None, return_attention=True,
+                 batch_size=TRANSLATE_BATCH_SIZE, *, search=None):
         single = isinstance(sentence_or_list, (str, bytes))
         sentences = [sentence_or_list] if single else sentence_or_list
         if not isinstance(sentences, (list, tuple)) or not all(
@@ -304,11 +310,7 @@ class Translator:
         max_length = self.max_length if max_length is None else max_length
         check_int_at_least("max_length", max_length, 1)
         check_int_at_least("batch_size", batch_size, 1)
-        given = {"beam_size": beam_size, "alpha": alpha, "n_best": n_best,
-                 "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-        options = dataclasses.replace(
-            self.search, **{name: value for name, value in given.items() if value is not None}
-        )
+        search = self.search if search is None else check_strategy(search)
         if max_length > self.transformer.max_length:
             logger.warning(
                 "max_length=%d is more than the model's max_length=%d; using %d.",
@@ -317,11 +319,11 @@ class Translator:
             max_length = int(self.transformer.max_length)
         if not sentences:
             return []
-        results = self._schedule(sentences, int(max_length), options, return_attention,
+        results = self._schedule(sentences, int(max_length), search, return_attention,
                                  batch_size)
         return results[0] if single else results
 
-    def _schedule(self, sentences, max_length, options, return_attention, batch_size):
+    def _schedule(self, sentences, max_length, search, return_attention, batch_size):
         """Sorts the sentences by length (in characters) into batches and
         translates them; the results are in the list's order.
 
@@ -330,12 +332,17 @@ class Translator:
         again, together, to their full limit. A sentence whose search ends
         within the first pass's shorter limit (greedy: at `[END]`; beam: once
         no live hypothesis can beat the finished ones) has the translation a
-        higher limit gives. Sampling draws in one pass.
+        higher limit gives. Sampling draws in one pass, in the list's own
+        order: a draw depends on the sentence's row in its batch, so a list
+        of at most `batch_size` sentences is sampled as the SavedModel
+        (`transformer.export`) samples it, in one batch.
         """
-        search, settings, alpha = options.resolve()
+        settings = setting_tensors(search)  # a Sample's missing seed is drawn once
         full_extra = self._extra_length()
-        first_pass = search in ("greedy", "beam")
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        first_pass = not isinstance(search, Sample)
+        order = list(range(len(sentences)))
+        if first_pass:
+            order.sort(key=lambda i: len(sentences[i]))
         results = [None] * len(sentences)
         while order:
             extra = min(full_extra, TRANSLATE_FIRST_PASS_EXTRA) if first_pass else full_extra
@@ -344,7 +351,7 @@ class Translator:
                 indices = order[start : start + batch_size]
                 batch, cut = self._translate(
                     [sentences[i] for i in indices], max_length, extra, search, settings,
-                    alpha, return_attention, full_extra if first_pass else None,
+                    return_attention, full_extra if first_pass else None,
                 )
                 for index, result, was_cut in zip(indices, batch, cut, strict=True):
                     results[index] = result
@@ -360,16 +367,14 @@ class Translator:
             return int(self.transformer.max_length)
         return int(self.extra_length)
 
-    def _translate(self, sentences, max_length, extra_length, search, settings, alpha,
+    def _translate(self, sentences, max_length, extra_length, search, settings,
                    return_attention, full_extra=None):
         """Translations of one batch, and a bool numpy `(batch,)`: True for a
         sentence whose search its limit stopped where `full_extra` would have
         allowed it more tokens (None: no sentence is cut)."""
-        specs = SEARCH_SETTINGS[search]
-        out = self._pipelines[search](
+        out = self._pipelines[type(search)](
             tf.constant(sentences, tf.string), tf.constant(max_length, tf.int32),
-            tf.constant(extra_length, tf.int32),
-            *(tf.constant(value, spec.dtype) for value, spec in zip(settings, specs, strict=True)),
+            tf.constant(extra_length, tf.int32), settings,
         )
         limit = int(self.transformer.max_length)
         for i, length in enumerate(out.input_lengths.numpy()):
@@ -384,6 +389,7 @@ class Translator:
         if full_extra is not None:
             full = output_limits(out.encoder_tokens, max_length, full_extra).numpy()
             cut = out.stopped.numpy() & (out.limits.numpy() < full) & ~empty
+        alpha = search.alpha if isinstance(search, Beam) else 0.0  # greedy, sampling: log P
         return self._results(out, tokens, empty, alpha, return_attention), cut
 
     def _results(self, out, tokens, empty, alpha, return_attention):

@@ -39,7 +39,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from transformer import CustomSchedule, Translator
+from transformer import Beam, CustomSchedule, Translator
 from transformer.data import generate_toy_corpus
 from transformer.plot import (
     plot_attention_head,
@@ -380,6 +380,6 @@ show_attention_explorer(results[0].attention_weights, results[0].input_tokens, r
 # the evaluation `train` wrote used greedy decoding on the held-out test split.
 
 # %%
-for source, result in zip(list(sentences)[:3], translator(list(sentences)[:3], beam_size=4), strict=True):
+for source, result in zip(list(sentences)[:3], translator(list(sentences)[:3], search=Beam(4)), strict=True):
     print(f"{source:<40} -> {result.text}  (score {result.score:.2f})")
 print("test split:", {key: metrics["test"][key] for key in ("num_sentences", "exact_match", "bleu")})

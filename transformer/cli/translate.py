@@ -1,4 +1,8 @@
-"""Translate sentences with a trained run (written by train.py), from the command line.
+"""The `translate.py` command line (options, files, printing) over `transformer.translate`.
+
+The script `translate.py` only calls `main` here; the Python API it uses is
+`transformer.translate.Translator`. The search options become one strategy
+object in `search_strategy`.
 
     python translate.py --run runs/toy "o gato preto come o bolo"
     python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4
@@ -23,15 +27,12 @@ hidden, unless --verbose), so `--help` and usage errors are quick.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import os
-import re
 import sys
 from pathlib import Path
 
-from transformer import rundir  # standard library only
 from transformer.cli.common import (
     OneLineErrorParser,
     hide_native_stderr,
@@ -42,12 +43,13 @@ from transformer.cli.common import (
     probability,
     report_error,
 )
+from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE
 from transformer.plot import (  # matplotlib only, no TensorFlow
     attention_axes,
     attention_explorer_html,
     plot_attention_weights,
 )
-from transformer.search_options import SearchOptions  # standard library only
+from transformer.strategies import Beam, Greedy, Sample, run_strategy  # no TensorFlow
 
 _SCORE_HELP = ("the score is the log-probability the search ranks by: log P(Y|X) for "
                "greedy decoding and sampling, and log P(Y|X) / lp(Y) with the length "
@@ -94,12 +96,9 @@ def parse_args(argv=None):
     if args.layer is not None and args.plot is None:
         parser.error("--layer chooses what --plot draws; add --plot FILE.png")
     try:
-        args.search = SearchOptions(
-            beam_size=args.beam, alpha=args.alpha, n_best=args.n_best,
-            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        )
-    except ValueError as err:  # a combination that does not go together
-        parser.error(_option_names(str(err)))
+        search_strategy(args)  # the options' combination, checked before any file is read
+    except ValueError as err:
+        parser.error(str(err))
     return args
 
 
@@ -136,29 +135,42 @@ def _add_search_arguments(parser):
                             "of the same input (default: a new random seed each run)")
 
 
-_OPTIONS = {"beam_size": "--beam", "n_best": "--n-best", "temperature": "--temperature",
-            "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed"}
+def search_strategy(args, run_dir=None):
+    """The one strategy the search options ask for (`Greedy`, `Beam` or `Sample`).
 
+    Any of --temperature, --top-k, --top-p or --seed samples; --beam N or
+    --n-best N searches a beam (of max(4, N) for --n-best N alone); with
+    none of them, the run decodes as it was evaluated
+    (`transformer.strategies.run_strategy(run_dir)`; greedy when `run_dir` is
+    None, which is how `parse_args` checks the options before reading any
+    file). --alpha is the beam's length penalty (a beam of 1 with --alpha is
+    greedy decoding scored by log P / lp).
 
-def _option_names(message):
-    """A `SearchOptions` error in the command line's words (`beam_size=4` -> `--beam 4`)."""
-    return re.sub(r"\b(" + "|".join(_OPTIONS) + r")\b(=?)",
-                  lambda m: _OPTIONS[m[1]] + (" " if m[2] else ""), message)
-
-
-def _with_the_run_beam(search, run_dir):
-    """`search` with the beam the run was evaluated with when no option chose one."""
-    if search.beam_size is not None or search.n_best > 1 or search.sampling:
-        return search
-    path = Path(run_dir) / rundir.CONFIG_FILE
-    record = rundir.read_json(path)
-    beam = record.get("eval_beam_size") if isinstance(record, dict) else None
+    Raises:
+        ValueError: options that do not go together, in the command line's words.
+    """
+    beam = args.beam
+    if beam is None and args.n_best > 1:
+        beam = max(DEFAULT_BEAM_SIZE, args.n_best)
+    if args.n_best > (beam or 1):
+        raise ValueError(f"Received --n-best {args.n_best} and --beam {beam}: the n-best list "
+                         "comes from the beam, expected --beam >= --n-best.")
+    if any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed)):
+        if beam is not None and beam > 1:
+            raise ValueError(f"Received --beam {beam} with sampling (--temperature, --top-k, "
+                             "--top-p or --seed): sampling draws one output per sentence, "
+                             "expected --beam 1 and --n-best 1.")
+        return Sample(temperature=1.0 if args.temperature is None else args.temperature,
+                      top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    evaluated = Greedy() if run_dir is None or beam is not None else run_strategy(run_dir)
+    if beam is None and args.alpha is None:
+        return evaluated  # as the run was evaluated
     if beam is None:
-        return search
-    if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
-        raise rundir.RunDirError(f"{str(path)!r}: eval_beam_size should be a positive "
-                                 f"integer, got {beam!r}.")
-    return dataclasses.replace(search, beam_size=beam)
+        beam = evaluated.size if isinstance(evaluated, Beam) else 1
+    if beam == 1 and args.alpha is None:
+        return Greedy()
+    return Beam(size=beam, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
+                n_best=args.n_best)
 
 
 def _layer_name(layer, num_layers):
@@ -271,19 +283,16 @@ def run(args):
                 "or one of encoder_layer{i}, decoder_layer{i}_block1, decoder_layer{i}_block2."
             )
 
-    search = _with_the_run_beam(args.search, args.run)
+    search = search_strategy(args, args.run)
     results = translator(
         list(sentences), max_length=args.max_length,
-        return_attention=args.plot is not None or args.html is not None,
-        beam_size=search.beam_size, alpha=search.alpha, n_best=search.n_best,
-        temperature=search.temperature, top_k=search.top_k, top_p=search.top_p,
-        seed=search.seed,
+        return_attention=args.plot is not None or args.html is not None, search=search,
     )
-    if search.n_best > 1:  # the best of each sentence is what gets plotted
+    if args.n_best > 1:  # the best of each sentence is what gets plotted
         hypotheses, results = results, [best[0] for best in results]
     else:
         hypotheses = [[result] for result in results]
-    scores = args.scores or search.n_best > 1
+    scores = args.scores or args.n_best > 1
     for result in itertools.chain.from_iterable(hypotheses):
         print(f"{result.text}\t{result.score:.4f}" if scores else result.text)
         if args.show_tokens:

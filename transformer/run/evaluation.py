@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from transformer.constants import PAD_ID
 from transformer.data.batching import batches_from_tokens, tokenize_pairs
+from transformer.strategies import evaluation_strategy
 from transformer.training import token_losses
 from transformer.translate import Translator
 
@@ -57,9 +58,9 @@ def translate_all(
     Returns:
         The translations, in the order of `sentences`.
     """
-    translator = Translator(tokenizers, model, max_length=max_length)
-    results = translator(list(sentences), beam_size=beam_size, return_attention=False,
-                         batch_size=batch_size)
+    translator = Translator(tokenizers, model, max_length=max_length,
+                            search=evaluation_strategy(beam_size))
+    results = translator(list(sentences), return_attention=False, batch_size=batch_size)
     return [result.text for result in results]
 
 
