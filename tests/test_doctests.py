@@ -32,10 +32,7 @@ def _modules_with_examples() -> list[str]:
 MODULES = _modules_with_examples()
 
 # Examples known to fail, each with the reason; remove an entry with the fix.
-KNOWN_FAILURES = {
-    "transformer.translate": "Translator's example loads runs/toy, a trained run: it is to "
-    "become a ```python block (translate.py is being rewritten elsewhere)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def test_the_examples_are_found():

@@ -211,13 +211,13 @@ class Translator:
         `n_best > 1`, a list of `n_best` `Translation`s, best first, in place
         of each.
 
-    Example:
+    Example (a run that `python train.py` wrote)::
 
-    >>> translator = Translator.from_run("runs/toy")
-    >>> text, tokens, attention_weights = translator("o gato preto come o bolo")
-    >>> results = translator(["o gato", "os meninos não dormem"], search=Beam(4))
-    >>> best_three = translator("o gato", search=Beam(n_best=3))  # beam of 4, best first
-    >>> sampled = translator("o gato", search=Sample(top_p=0.9, seed=1))  # same seed, same sample
+        translator = Translator.from_run("runs/toy")
+        text, tokens, attention_weights = translator("o gato preto come o bolo")
+        results = translator(["o gato", "os meninos não dormem"], search=Beam(4))
+        best_three = translator("o gato", search=Beam(n_best=3))  # beam of 4, best first
+        sampled = translator("o gato", search=Sample(top_p=0.9, seed=1))  # same seed, same sample
     """
 
     def __init__(self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,

@@ -58,9 +58,9 @@ def use_fast_allocators() -> bool:
         Whether TensorFlow's pool will be used: False when TensorFlow was
         imported before, or the environment turned it off.
 
-    Example:
-        >>> use_fast_allocators()  # doctest: +SKIP
-        True
+    Example, before TensorFlow is imported::
+
+        use_fast_allocators()  # True: TensorFlow's pool will be used
     """
     pool = False
     if "tensorflow" not in sys.modules:
