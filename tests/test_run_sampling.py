@@ -13,7 +13,8 @@ import pytest
 from transformer import rundir
 from transformer.run import recipes, sampling
 from transformer.run.config import RunConfig
-from transformer.run.directory import record_legacy_sampling
+from transformer.run.sampling import record_legacy_sampling
+from transformer.run.trainer import _training_pairs
 
 
 class _Pairs:
@@ -31,12 +32,16 @@ def _config(**changes):
     return RunConfig(**settings)
 
 
-def _clock(seconds):
-    return types.SimpleNamespace(seconds=types.SimpleNamespace(numpy=lambda: seconds))
+def _training(tmp_path, data, **changes):
+    """The trainer's choice of the pairs `fit` reads from a step after some seconds."""
+    config = _config(**changes)
+    session = types.SimpleNamespace(run_dir=tmp_path, write_dir=tmp_path)
 
+    def pairs(step, seconds, current=None):
+        current = data.train_tokens if current is None else current
+        return _training_pairs(session, config, data, current, step, seconds)
 
-def _session(tmp_path, **changes):
-    return types.SimpleNamespace(config=_config(**changes), run_dir=tmp_path, write_dir=tmp_path)
+    return pairs
 
 
 def _record(tmp_path):
@@ -84,43 +89,42 @@ def drawn(monkeypatch):
 
 
 def test_a_budget_run_decides_after_its_first_epoch_and_records_it(tmp_path, data, drawn):
-    session = _session(tmp_path, time_budget=900.0, seed=3, subword_sampling=0.5)
-    first = sampling.training_pairs(session, data, 0, _clock(0.0))
+    training = _training(tmp_path, data, time_budget=900.0, seed=3, subword_sampling=0.5)
+    first = training(0, 0.0)
     assert first is data.train_tokens and not drawn  # the first epoch reads the best split
     assert not (tmp_path / rundir.SAMPLING_FILE).exists()
-    pairs = sampling.training_pairs(session, data, 100, _clock(60.0))  # on course for 15
+    pairs = training(100, 60.0)  # on course for 15
     assert drawn == [(0.5, recipes.SAMPLED_SEGMENTATIONS, 3, 1)]
     assert pairs.best is data.train_tokens
     assert _record(tmp_path) == {"samples": True, "expected_passes": 15.0,
                                  "decided_at_step": 100, "from_pass": 1}
-    data.train_tokens = pairs  # already drawn: kept, not drawn again
-    assert sampling.training_pairs(session, data, 500, _clock(300.0)) is pairs
+    assert training(500, 300.0, pairs) is pairs  # already drawn: kept, not drawn again
     assert len(drawn) == 1
 
 
 def test_a_run_decided_late_samples_from_the_next_whole_pass(tmp_path, data, drawn):
     """Resumed past its first epoch without a record (a crash before it was
     written), a run keeps the best split for the passes it has begun."""
-    sampling.training_pairs(_session(tmp_path, subword_sampling=0.5), data, 250, _clock(1.0))
+    _training(tmp_path, data, subword_sampling=0.5)(250, 1.0)
     assert drawn[0][3] == 3 and _record(tmp_path)["from_pass"] == 3
 
 
 def test_a_short_budget_run_keeps_the_best_split_and_so_does_its_resume(tmp_path, data, drawn,
                                                                          monkeypatch):
-    session = _session(tmp_path, time_budget=300.0, subword_sampling=0.5)
-    assert sampling.training_pairs(session, data, 100, _clock(60.0)) is data.train_tokens
+    training = _training(tmp_path, data, time_budget=300.0, subword_sampling=0.5)
+    assert training(100, 60.0) is data.train_tokens
     record = _record(tmp_path)
     assert record["samples"] is False and record["expected_passes"] == 5.0
     # Resumed later with a larger budget, or another rule: the record stands.
     monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 2)
-    longer = _session(tmp_path, time_budget=3000.0, subword_sampling=0.5)
-    assert sampling.training_pairs(longer, data, 400, _clock(1.0)) is data.train_tokens
+    longer = _training(tmp_path, data, time_budget=3000.0, subword_sampling=0.5)
+    assert longer(400, 1.0) is data.train_tokens
     assert not drawn
 
 
 def test_without_sampling_nothing_is_decided(tmp_path, data, drawn):
-    session = _session(tmp_path, subword_sampling=0.0)
-    assert sampling.training_pairs(session, data, 100, _clock(1.0)) is data.train_tokens
+    training = _training(tmp_path, data, subword_sampling=0.0)
+    assert training(100, 1.0) is data.train_tokens
     assert not drawn and not (tmp_path / rundir.SAMPLING_FILE).exists()
 
 
@@ -130,7 +134,7 @@ def test_a_damaged_record_is_refused_naming_the_file(tmp_path, data, drawn, text
     path = tmp_path / rundir.SAMPLING_FILE
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(rundir.RunDirError, match=rundir.SAMPLING_FILE):
-        sampling.training_pairs(_session(tmp_path, subword_sampling=0.5), data, 100, _clock(1.0))
+        _training(tmp_path, data, subword_sampling=0.5)(100, 1.0)
     assert not drawn
 
 

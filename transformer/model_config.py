@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
-from transformer.options import setting
+from transformer.settings import setting
 
 
 @dataclasses.dataclass
