@@ -5,6 +5,7 @@ Training with the draws, and resuming it, is in test_run_resume.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 import types
 
@@ -146,3 +147,90 @@ def test_a_run_of_format_9_keeps_its_draws_from_pass_9(tmp_path):
     (tmp_path / rundir.SAMPLING_FILE).unlink()
     record_legacy_sampling(tmp_path, {"format_version": 10, "subword_sampling": 0.5})
     assert not (tmp_path / rundir.SAMPLING_FILE).exists()
+
+
+# -- token-budget passes of different lengths --------------------------------
+
+_PAIRS = 400
+_BUDGET = 24
+
+
+def _numbered_pairs(variants=1, from_pass=0):
+    """`TokenizedPairs` whose pair `i` reads id `100 + i` in its best split and
+    `1000 + i` in its drawn one, at its source's position 1; lengths 3 to 23,
+    seeded so that with `_BUDGET` and seed 0 the first passes make 285, 284 and
+    283 batches."""
+    import numpy as np
+    import tensorflow as tf
+
+    from transformer.data.batching import TokenizedPairs
+
+    lengths = np.random.default_rng(2).integers(3, 24, _PAIRS)
+    context = [[2, base + i] + [7] * (int(n) - 3) + [3]
+               for base in (100, 1000)[:variants] for i, n in enumerate(lengths)]
+    target = [[2, 5, 3]] * (_PAIRS * variants)
+    return TokenizedPairs(tf.ragged.constant(context, dtype=tf.int32),
+                          tf.ragged.constant(target, dtype=tf.int32), max_tokens=64,
+                          variants=variants, sampled_from_pass=from_pass)
+
+
+def _stream_ids(tokens, start_step=0, batches=None):
+    """The pairs' ids of each batch `fit` reads from `start_step` on (the trainer's stream)."""
+    from transformer.run.trainer import _train_stream
+
+    stream = _train_stream(tokens, _BUDGET, 32, 0, start_step)
+    return [batch[0][0][:, 1].numpy().tolist() for batch in stream.take(batches)]
+
+
+@pytest.fixture(scope="module")
+def pass_starts():
+    """The step at which each of the first five passes over `_numbered_pairs` begins,
+    counted on the stream itself: a pass ends when every pair was read once."""
+    starts, seen = [0], set()
+    for step, ids in enumerate(_stream_ids(_numbered_pairs(), batches=5 * 290), 1):
+        assert not seen & set(ids)
+        seen |= set(ids)
+        if len(seen) == _PAIRS:
+            starts.append(step)
+            seen = set()
+    return starts
+
+
+def test_token_budget_passes_differ_in_length_and_are_counted_pass_by_pass(pass_starts):
+    from transformer.data.batching import batches_per_pass
+
+    best = _numbered_pairs()
+    lengths = [b - a for a, b in itertools.pairwise(pass_starts)]
+    assert len(set(lengths[:3])) == 3  # the test's premise: passes differ in length
+    assert [batches_per_pass(best, _BUDGET, seed=0, pass_index=p)
+            for p in range(len(lengths))] == lengths
+    config = _config(batch_tokens=_BUDGET, seed=0, steps_per_epoch=lengths[0],
+                     subword_sampling=0.5)
+    for start in pass_starts[1:-1]:
+        for step in (start - 1, start, start + 1):
+            expected = min(p for p, begins in enumerate(pass_starts) if begins >= step)
+            assert sampling.first_pass_from(config, best, step) == expected, step
+
+
+@pytest.mark.parametrize("after", [0, 1, 2])
+def test_drawn_segmentations_are_read_from_the_first_whole_pass_after_the_decision(
+        pass_starts, tmp_path, after):
+    """Decided at the end of the first epoch (the first pass), or later within a
+    pass or at its end, the plan's draws begin exactly at the next pass the stream begins."""
+    from transformer.run.trainer import _fit_calls
+
+    config = _config(batch_tokens=_BUDGET, seed=0, steps_per_epoch=pass_starts[1],
+                     subword_sampling=0.5)
+    best = _numbered_pairs()
+    (_, _, first_steps, _), (_, _, _, step) = _fit_calls(0, config.steps_per_epoch,
+                                                         config.epochs, first_alone=True)
+    assert step == first_steps == pass_starts[1]  # the first epoch is the first pass
+    step += (0, 1, pass_starts[2] - pass_starts[1])[after]
+    plan, new = sampling.sampling_plan(config, best, step, 60.0, tmp_path)
+    assert new and plan["samples"]
+    begins = pass_starts[plan["from_pass"]]
+    assert begins >= step and (plan["from_pass"] == 1 or pass_starts[plan["from_pass"] - 1] < step)
+    drawn = _numbered_pairs(variants=2, from_pass=plan["from_pass"])
+    read = _stream_ids(drawn, step, begins - step + 3)
+    assert all(max(ids) < 1000 for ids in read[: begins - step])  # the pass begun: best split
+    assert all(min(ids) >= 1000 for ids in read[begins - step:])  # then the draws
