@@ -60,6 +60,7 @@ def main(argv=None):
     import tensorflow as tf
 
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
+    from transformer.model import build_model
     from transformer.model_config import TransformerConfig
     from transformer.run.multiworker import multi_worker_fit_workaround
     from transformer.training import MaskedLoss, masked_accuracy
@@ -87,9 +88,9 @@ def main(argv=None):
 
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = TransformerConfig(
+        model = build_model(TransformerConfig(
             num_layers=1, d_model=16, num_heads=2, dff=32, dropout_rate=0.0, max_length=16
-        ).build_model(VOCAB, VOCAB)
+        ), VOCAB, VOCAB)
         model.compile(
             optimizer=keras.optimizers.SGD(learning_rate=1.0),
             loss=MaskedLoss(0.0),

@@ -332,11 +332,12 @@ def test_a_config_without_fingerprint_resumes_with_a_warning_and_gets_one(
 
 
 def test_a_checkpoint_of_another_model_is_a_one_line_error_naming_it(reference, tmp_path):
+    from transformer.model import build_model
     from transformer.model_config import TransformerConfig
     from transformer.run.checkpoints import CheckpointError, open_checkpoints
 
-    model = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
-                              max_length=32).build_model(50, 50)
+    model = build_model(TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
+                                          max_length=32), 50, 50)
     model.compile(optimizer="adam", loss="mse")
     model.optimizer.build(model.trainable_variables)
     path = str(reference.run_dir / "checkpoints" / "ckpt-24")

@@ -35,6 +35,7 @@ from transformer.data.batching import (
 from transformer.data.corpus import Corpus
 from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.model import build_model
 from transformer.run import sampling
 from transformer.run.allocator import keep_freed_memory
 from transformer.run.callbacks import (
@@ -350,7 +351,7 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
     run_dir = session.run_dir
     with session.strategy.scope():
         keras.utils.set_random_seed(config.seed)
-        model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
+        model = build_model(config.model, data.input_vocab_size, data.target_vocab_size)
         total_steps = config.epochs * config.steps_per_epoch if config.fit_warmup else None
         optimizer = make_optimizer(
             config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps,
