@@ -261,7 +261,7 @@ def test_the_options_and_their_help_come_from_the_schema():
     assert "2 for toy, 4 for tutorial" in _help_of(parser, "--num-layers")
 
     # A setting added to the schema is an option, its help and default generated.
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=True)
     class Extended(RunConfig):
         patience: int = setting(3, "epochs without improvement before stopping",
                                 section="schedule", kind="positive_int", metavar="N")
