@@ -1,4 +1,4 @@
-"""The run's configuration, `RunConfig`: its settings, their defaults and the resume rule.
+"""The run's configuration, `RunConfig`: its settings, their defaults, what a resume may change.
 
 A `RunConfig` is frozen. Made from the user's choices, it fills the
 dataset-dependent defaults from the recipes at once; the fields that the
@@ -279,7 +279,6 @@ class RunConfig:
     def resolved(self) -> bool:
         """Whether every field that the corpus or the machine decide is set."""
         return None not in (getattr(self, name) for name in RESOLVED_FIELDS)
-
 
     # -- derived values ----------------------------------------------------
 

@@ -615,10 +615,12 @@ class _Fitter:
         self.strategy = session.strategy
         self.batches = (config.batch_tokens, config.batch_size, config.seed)
         self.model = model
+        if verbose == "auto":  # a progress bar on a terminal only
+            verbose = int(hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
         self.fit_args = dict(
             validation_data=valid_batches,
             callbacks=callbacks,
-            verbose=_resolve_verbose(verbose) if session.chief else 0,
+            verbose=int(verbose) if session.chief else 0,
         )
         self.history: dict[str, list[float]] = {}
         self._metric_variables_created = False
@@ -642,9 +644,3 @@ class _Fitter:
             )
         for key, values in fitted.history.items():
             self.history.setdefault(key, []).extend(float(v) for v in values)
-
-
-def _resolve_verbose(verbose) -> int:
-    if verbose == "auto":
-        return 1 if hasattr(sys.stdout, "isatty") and sys.stdout.isatty() else 0
-    return int(verbose)
