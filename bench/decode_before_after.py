@@ -44,10 +44,10 @@ def _worker(root, run, tsv, repeats):
 
     import transformer.decoding as decoding
     from transformer.constants import END_ID
-    from transformer.model import TransformerConfig
+    from transformer.model import TransformerConfig, build_model
 
     keras.utils.set_random_seed(0)
-    model = TransformerConfig.from_preset("tutorial").build_model(7765, 7010)
+    model = build_model(TransformerConfig.from_preset("tutorial"), 7765, 7010)
     bias = model.final_layer.bias.numpy()
     bias[END_ID] -= 1e9
     model.final_layer.bias.assign(bias)

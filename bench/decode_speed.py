@@ -54,6 +54,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from transformer.constants import END_ID, START_ID  # noqa: E402
 from transformer.decoding import compile_decode, naive_greedy_decode  # noqa: E402
+from transformer.model import build_model  # noqa: E402
 from transformer.model_config import TransformerConfig  # noqa: E402
 from transformer.strategies import Greedy  # noqa: E402
 
@@ -238,7 +239,7 @@ def main(argv=None):
     tokens_out = args.output_tokens
     keras.utils.set_random_seed(0)
     config = TransformerConfig.from_preset("tutorial")
-    model = config.build_model(SOURCE_VOCAB, TARGET_VOCAB)
+    model = build_model(config, SOURCE_VOCAB, TARGET_VOCAB)
     never_end(model)
     greedy_fn, cached_fn, naive_fn = decoders(model)
 

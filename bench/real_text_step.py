@@ -84,6 +84,7 @@ def worker(args) -> dict:
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
     from transformer.kernels.optimizers import make_optimizer
+    from transformer.model import build_model
     from transformer.model_config import TransformerConfig
 
     if args.variant == "no-xla-loss":
@@ -93,8 +94,8 @@ def worker(args) -> dict:
     tokens = tokenize_pairs(corpus.train, tokenizers, 256)
     keras.utils.set_random_seed(0)
     config = TransformerConfig.from_preset("tutorial")
-    model = config.build_model(int(tokenizers.source.get_vocab_size()),
-                               int(tokenizers.target.get_vocab_size()))
+    model = build_model(config, int(tokenizers.source.get_vocab_size()),
+                        int(tokenizers.target.get_vocab_size()))
     model.compile(optimizer=make_optimizer(128, 4000),
                   loss=training.MaskedLoss(0.1), metrics=[training.masked_accuracy],
                   jit_compile=args.variant.endswith("-xla"))

@@ -119,7 +119,7 @@ def worker(args) -> dict:
                                   learn_params=config.tokenizer_learn_params)
     tokens = tokenize_pairs(corpus.train, tokenizers, config.model.max_length)
     keras.utils.set_random_seed(0)
-    model = config.model.build_model(int(tokenizers.source.get_vocab_size()),
+    model = model_module.build_model(config.model, int(tokenizers.source.get_vocab_size()),
                                      int(tokenizers.target.get_vocab_size()))
     if args.variant in ("before", "keras-adam"):
         optimizer = _keras_optimizer(config)

@@ -75,6 +75,7 @@ def main(argv=None):
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
     from transformer.kernels.multiworker import multi_worker_fit_workaround
     from transformer.kernels.optimizers import make_optimizer, use_moving_average
+    from transformer.model import build_model
     from transformer.model_config import TransformerConfig
     from transformer.training import MaskedLoss, masked_accuracy
 
@@ -101,9 +102,9 @@ def main(argv=None):
 
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = TransformerConfig(
+        model = build_model(TransformerConfig(
             num_layers=1, d_model=16, num_heads=2, dff=32, dropout_rate=0.0, max_length=16
-        ).build_model(VOCAB, VOCAB)
+        ), VOCAB, VOCAB)
         if args.optimizer == "sgd":
             optimizer = keras.optimizers.SGD(learning_rate=1.0)
         else:

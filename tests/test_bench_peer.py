@@ -83,10 +83,11 @@ def test_parameter_count_is_the_projects_at_its_architecture():
     runs) equals the Keras model's count at the same sizes."""
     import tensorflow as tf
 
+    from transformer.model import build_model
     from transformer.model_config import TransformerConfig
 
-    model = TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512,
-                              tie_embeddings=True, normalize_first=True).build_model(800, 800)
+    model = build_model(TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512,
+                                          tie_embeddings=True, normalize_first=True), 800, 800)
     tokens = tf.ones((1, 3), tf.int64)
     model((tokens, tokens), training=False)
     assert configs.parameter_count(configs.recipe_arch(DATA, "m", ARCH), 800) == \

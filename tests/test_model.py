@@ -28,6 +28,7 @@ from transformer import (
     Transformer,
     TransformerConfig,
 )
+from transformer.model import build_model
 
 
 def _tiny(**kwargs):
@@ -108,8 +109,8 @@ def test_keras_save_and_load_gives_identical_logits(tmp_path):
 
 def test_built_but_never_called_model_saves_and_loads(tmp_path):
     keras.utils.set_random_seed(5)
-    model = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
-                              max_length=12).build_model(30, 25)
+    model = build_model(TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
+                                          max_length=12), 30, 25)
     path = tmp_path / "fresh.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
@@ -217,7 +218,7 @@ def test_num_heads_must_divide_d_model():
 def test_every_preset_builds_heads_of_depth_d_model_over_num_heads(name):
     """The presets are validated at import; this checks what the built model does with them."""
     preset = PRESETS[name]
-    model = preset.build_model(11, 13)
+    model = build_model(preset, 11, 13)
     heads = [layer.self_attention.mha for layer in model.encoder.enc_layers] + [
         block.mha
         for layer in model.decoder.dec_layers
@@ -380,4 +381,4 @@ def test_pre_norm_model_closes_each_stack_with_a_layer_norm_and_saves(tmp_path):
     np.testing.assert_array_equal(loaded((CONTEXT, TARGET)).numpy(), logits.numpy())
     config = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16, max_length=12,
                                normalize_first=True)
-    assert config.build_model(30, 25).normalize_first
+    assert build_model(config, 30, 25).normalize_first

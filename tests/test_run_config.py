@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from transformer.run.config_format import config_from_record, for_resume, resumed_with
+
 
 def test_run_config_round_trip_and_defaults():
     from transformer.model_config import PRESETS
@@ -66,14 +68,14 @@ def test_for_resume_allows_only_some_changes():
     from transformer.run.config import RunConfig
 
     saved = RunConfig(output_dir="runs/x", epochs=2, steps_per_epoch=10)
-    resumed = saved.for_resume(epochs=5, checkpoint_every=7, d_model=saved.model.d_model,
+    resumed = for_resume(saved, epochs=5, checkpoint_every=7, d_model=saved.model.d_model,
                                time_budget=60.0)
     assert (resumed.epochs, resumed.checkpoint_every, resumed.steps_per_epoch) == (5, 7, 10)
     assert resumed.time_budget == 60.0
     with pytest.raises(ValueError, match=r"Cannot change `d_model` when resuming.*d_model=64"):
-        saved.for_resume(d_model=32)
+        for_resume(saved, d_model=32)
     with pytest.raises(ValueError, match="Cannot change `seed`"):
-        saved.for_resume(seed=3)
+        for_resume(saved, seed=3)
 
 
 def test_resumed_with_keeps_what_the_corpus_sized_and_refuses_other_changes():
@@ -85,13 +87,13 @@ def test_resumed_with_keeps_what_the_corpus_sized_and_refuses_other_changes():
     saved = RunConfig(data="pairs.tsv", output_dir="runs/x", epochs=7, steps_per_epoch=858,
                       batch_tokens=357)
     asked = RunConfig(data="pairs.tsv", output_dir="runs/x", checkpoint_every=50)
-    resumed = saved.resumed_with(asked)
+    resumed = resumed_with(saved, asked)
     assert (resumed.epochs, resumed.steps_per_epoch, resumed.batch_tokens) == (7, 858, 357)
     assert resumed.checkpoint_every == 50
-    assert saved.resumed_with(RunConfig(data="pairs.tsv", output_dir="runs/x",
+    assert resumed_with(saved, RunConfig(data="pairs.tsv", output_dir="runs/x",
                                         epochs=9)).epochs == 9
     with pytest.raises(ValueError, match="Cannot change `batch_tokens`"):
-        saved.resumed_with(RunConfig(data="pairs.tsv", output_dir="runs/x", batch_tokens=500))
+        resumed_with(saved, RunConfig(data="pairs.tsv", output_dir="runs/x", batch_tokens=500))
 
 
 def test_configs_written_before_the_tokenizer_choice_load_as_wordpiece():
@@ -103,7 +105,7 @@ def test_configs_written_before_the_tokenizer_choice_load_as_wordpiece():
         saved.pop(key)
     saved["format_version"] = 1
     saved["lower_case"] = True
-    old = RunConfig.from_dict(saved)
+    old = config_from_record(saved)
     assert (old.tokenizer, old.batch_tokens, old.lower_case) == ("wordpiece", 0, True)
 
 
@@ -114,7 +116,7 @@ def test_configs_written_before_the_peak_and_averaging_keep_the_paper_schedule()
     for key in ("learning_rate", "average_checkpoints"):
         saved.pop(key)
     saved["format_version"] = 2
-    old = RunConfig.from_dict(saved)
+    old = config_from_record(saved)
     assert (old.learning_rate, old.peak_learning_rate, old.average_checkpoints) == (
         "paper", None, 1)
     assert old.warmup_steps == 4000
@@ -124,10 +126,10 @@ def test_configs_written_before_the_moving_average_keep_the_final_weights():
     from transformer.run.config import RunConfig
 
     saved = RunConfig(data="a.tsv", ema_momentum=0.999).to_dict()
-    assert RunConfig.from_dict(saved).ema_momentum == 0.999
+    assert config_from_record(saved).ema_momentum == 0.999
     saved.pop("ema_momentum")
     saved["format_version"] = 7
-    assert RunConfig.from_dict(saved).ema_momentum == 0.0
+    assert config_from_record(saved).ema_momentum == 0.0
     from transformer.run.recipes import CORPUS_DEFAULTS, TOY_DEFAULTS
 
     assert RunConfig(data="a.tsv").ema_momentum == CORPUS_DEFAULTS["ema_momentum"] > 0
@@ -135,7 +137,7 @@ def test_configs_written_before_the_moving_average_keep_the_final_weights():
     # Averaging the last checkpoints replaces the default moving average.
     assert RunConfig(data="a.tsv", average_checkpoints=5).ema_momentum == 0.0
     with pytest.raises(ValueError, match="Cannot change `ema_momentum`"):
-        RunConfig(data="a.tsv", output_dir="runs/x").for_resume(ema_momentum=0.99)
+        for_resume(RunConfig(data="a.tsv", output_dir="runs/x"), ema_momentum=0.99)
 
 
 def test_real_corpora_sample_subwords_with_a_unigram_vocabulary_only():
@@ -153,10 +155,10 @@ def test_configs_written_before_subword_sampling_train_on_the_best_split():
     from transformer.run.config import RunConfig
 
     saved = RunConfig(data="a.tsv", subword_sampling=0.3).to_dict()
-    assert RunConfig.from_dict(saved).subword_sampling == 0.3
+    assert config_from_record(saved).subword_sampling == 0.3
     saved.pop("subword_sampling")
     saved["format_version"] = 8
-    assert RunConfig.from_dict(saved).subword_sampling == 0.0
+    assert config_from_record(saved).subword_sampling == 0.0
 
 
 def test_a_shared_vocabulary_ties_the_embeddings():
@@ -180,7 +182,7 @@ def test_configs_written_before_shared_vocabularies_and_fitted_warmups_keep_neit
         saved.pop(key)
     saved["model"].pop("tie_embeddings")
     saved["format_version"] = 4
-    old = RunConfig.from_dict(saved)
+    old = config_from_record(saved)
     assert (old.shared_vocab, old.fit_warmup, old.model.tie_embeddings) == (False, False, False)
 
 
@@ -195,6 +197,6 @@ def test_the_toy_corpus_learns_bpe_and_older_configs_keep_unigram():
     saved = toy.to_dict()
     saved.pop("subword_model")
     saved["format_version"] = 5
-    assert RunConfig.from_dict(saved).subword_model == "unigram"
+    assert config_from_record(saved).subword_model == "unigram"
     with pytest.raises(ValueError, match="`subword_model`.*Received: subword_model='bpf'"):
         RunConfig(subword_model="bpf")

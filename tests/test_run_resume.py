@@ -244,7 +244,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_anew(
     for name in ("checkpoints", "model.keras", "metrics.json", "progress.json"):
         shutil.rmtree(run_dir / name) if name == "checkpoints" else (run_dir / name).unlink()
     (run_dir / rundir.METRICS_CSV).write_text("")
-    with caplog.at_level(logging.WARNING, logger="transformer.run.directory"):
+    with caplog.at_level(logging.WARNING, logger="transformer.run.checkpoints"):
         resumed = run.train(resumed_config(resume_tsv, run_dir, epochs=1), resume=True,
                             verbose=0, export=False)
     assert "stopped before its first checkpoint" in caplog.text
@@ -332,11 +332,12 @@ def test_a_config_without_fingerprint_resumes_with_a_warning_and_gets_one(
 
 
 def test_a_checkpoint_of_another_model_is_a_one_line_error_naming_it(reference, tmp_path):
+    from transformer.model import build_model
     from transformer.model_config import TransformerConfig
     from transformer.run.checkpoints import CheckpointError, open_checkpoints
 
-    model = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
-                              max_length=32).build_model(50, 50)
+    model = build_model(TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16,
+                                          max_length=32), 50, 50)
     model.compile(optimizer="adam", loss="mse")
     model.optimizer.build(model.trainable_variables)
     path = str(reference.run_dir / "checkpoints" / "ckpt-24")
@@ -381,7 +382,7 @@ def test_the_cli_refuses_such_resumes_in_one_line(reference, tmp_path, capsys, d
 
 def test_atomic_writes_flush_the_file_before_the_rename_and_the_directory_after(
         tmp_path, monkeypatch):
-    from transformer.run.directory import save_model_atomic, truncate_metrics_csv
+    from transformer.rundir import save_model_atomic, truncate_metrics_csv
 
     events = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -435,7 +436,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
 def test_leftovers_of_interrupted_writes_are_removed_on_the_next_start(reference, tmp_path,
                                                                        resume_tsv):
     from transformer import run
-    from transformer.run.directory import remove_leftovers
+    from transformer.rundir import remove_leftovers
 
     run_dir = copy_of(reference.run_dir, tmp_path)
     checkpoints = run_dir / "checkpoints"

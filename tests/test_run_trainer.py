@@ -11,7 +11,7 @@ from transformer.rundir import RunDirError
 
 
 def testtruncate_metrics_csv(tmp_path):
-    from transformer.run.directory import truncate_metrics_csv
+    from transformer.rundir import truncate_metrics_csv
 
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,loss\n0,3.0\n1,2.0\n2,1.0\n")
@@ -113,7 +113,7 @@ def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, ref
         np.testing.assert_array_equal(a, b)
 
     # A finished run resumes to nothing, and is evaluated again.
-    again = run.train(run.RunConfig.load(tmp_path / "run"), resume=True, verbose=0,
+    again = run.train(run.load_config(tmp_path / "run"), resume=True, verbose=0,
                            export=False)
     assert (again.initial_step, again.final_step) == (15, 15)
     assert again.evaluation.exact_match == resumed.evaluation.exact_match
@@ -320,7 +320,7 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
 
     caplog.clear()
     with caplog.at_level("INFO", logger="transformer"):
-        again = run.train(run.RunConfig.load(run_dir), resume=True, verbose=0, export=False)
+        again = run.train(run.load_config(run_dir), resume=True, verbose=0, export=False)
     assert (again.initial_step, again.final_step) == (1, 1)
     assert "already used its time budget" in caplog.text
 

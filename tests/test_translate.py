@@ -22,6 +22,7 @@ from transformer.decoding import (
     output_limits,
     sequence_log_probs,
 )
+from transformer.model import build_model
 from transformer.rundir import CONFIG_FILE, RunDirError
 from transformer.strategies import Beam, Greedy, Sample
 from transformer.translate import Translation, Translator
@@ -41,8 +42,8 @@ def _untrained_translator(tiny_run, translator):
     import keras
 
     keras.utils.set_random_seed(0)
-    model = tiny_run.config.model.build_model(translator.transformer.input_vocab_size,
-                                              translator.transformer.target_vocab_size)
+    model = build_model(tiny_run.config.model, translator.transformer.input_vocab_size,
+                        translator.transformer.target_vocab_size)
     return Translator(translator.tokenizers, model)
 
 

@@ -15,6 +15,7 @@ from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
 from transformer.kernels.fast_ops import Dropout, normalize
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
+from transformer.model_config import TransformerConfig
 from transformer.positional import PositionalEmbedding
 
 
@@ -507,3 +508,23 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def build_model(config: TransformerConfig, input_vocab_size: int, target_vocab_size: int,
+                **kwargs) -> Transformer:
+    """A `Transformer` of `config`'s hyperparameters, built (its weights exist)."""
+    model = Transformer(
+        num_layers=config.num_layers,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        dff=config.dff,
+        input_vocab_size=input_vocab_size,
+        target_vocab_size=target_vocab_size,
+        max_length=config.max_length,
+        dropout_rate=config.dropout_rate,
+        tie_embeddings=config.tie_embeddings,
+        normalize_first=config.normalize_first,
+        **kwargs,
+    )
+    model.build(((None, None), (None, None)))
+    return model

@@ -1,8 +1,8 @@
 """The model's hyperparameters, `TransformerConfig`, and the named `PRESETS`.
 
 Plain Python (no TensorFlow at import), so that a command line can show and
-check them before TensorFlow starts; `TransformerConfig.build_model` imports
-`transformer.model`. Sections 3 and 6.2 of Vaswani et al., 2017 for what the
+check them before TensorFlow starts; `transformer.model.build_model` builds the
+model of a `TransformerConfig`. Sections 3 and 6.2 of Vaswani et al., 2017 for what the
 fields mean.
 """
 
@@ -13,14 +13,15 @@ import json
 from typing import Any
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
-from transformer.options import setting
+from transformer.settings import setting
 
 
 @dataclasses.dataclass
 class TransformerConfig:
     """The model's hyperparameters; `PRESETS` holds the named ones.
 
-    Vocabulary sizes come from the tokenizers, so `build_model` takes them.
+    Vocabulary sizes come from the tokenizers, so `transformer.model.build_model`
+    takes them.
 
     Example:
 
@@ -82,26 +83,6 @@ class TransformerConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    def build_model(self, input_vocab_size: int, target_vocab_size: int, **kwargs):
-        """A `transformer.model.Transformer` with this configuration, built (its weights exist)."""
-        from transformer.model import Transformer
-
-        model = Transformer(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            input_vocab_size=input_vocab_size,
-            target_vocab_size=target_vocab_size,
-            max_length=self.max_length,
-            dropout_rate=self.dropout_rate,
-            tie_embeddings=self.tie_embeddings,
-            normalize_first=self.normalize_first,
-            **kwargs,
-        )
-        model.build(((None, None), (None, None)))
-        return model
 
 
 PRESETS: dict[str, TransformerConfig] = {

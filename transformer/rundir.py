@@ -1,4 +1,4 @@
-"""The layout of a run directory, in one place.
+"""The run directory, in one place: its layout, its checks and its atomic writes.
 
 `train.py` writes a run directory; `Translator.from_run`, `translate.py` and
 the notebooks read it. Nothing else needs to know the file names::
@@ -14,15 +14,25 @@ the notebooks read it. Nothing else needs to know the file names::
       metrics.json       the final evaluation
       logs/              TensorBoard logs (keras.callbacks.TensorBoard: train/, validation/)
       export/            the exported translator (a SavedModel: strings -> strings)
+
+`check_run_dir` is what a translator checks; `prepare_run_dir` decides whether
+`train` may start or resume in one and removes what an interrupted write left;
+every file is written through `replace_atomically`, so that an interruption at
+any moment leaves it usable. Standard library only: `translate.py` reads it
+before TensorFlow starts.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 TOKENIZERS_DIR = "tokenizers"
@@ -86,7 +96,7 @@ def replace_atomically(path, write: Callable[[Path], None]) -> None:
     which is flushed to disk (`fsync`), renamed over `path`, and the
     directory is flushed too, so that the rename itself survives a power
     loss. A failure removes the temporary file; a kill leaves it, and the next
-    `train` removes it (`transformer.run.directory.remove_leftovers`).
+    `train` removes it (`remove_leftovers`).
     """
     path = Path(path)
     tmp = temporary_path(path)
@@ -139,3 +149,150 @@ def read_json(path) -> dict[str, Any]:
         raise RunDirError(f"{str(path)!r} is not valid JSON: {err}") from err
     except OSError as err:
         raise RunDirError(f"Cannot read {str(path)!r}: {err}") from err
+
+
+def run_files(run_dir: Path) -> list[str]:
+    """The names in `run_dir`, sorted (none if it does not exist)."""
+    return sorted(entry.name for entry in run_dir.iterdir()) if run_dir.is_dir() else []
+
+
+def prepare_run_dir(run_dir, resume: bool, chief: bool) -> bool:
+    """Checks the output directory `run_dir` of a run; returns whether it holds
+    a run to resume (its `config.json`). On the chief, resuming removes what
+    an interrupted write left (`remove_leftovers`).
+
+    Raises:
+        RunDirError: the directory cannot be used: not empty for a new run, or
+            not a training run (nor empty) for a resumed one.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"Output directory {str(run_dir)!r} exists and is not a directory.")
+    files = run_files(run_dir)
+    has_config = (run_dir / CONFIG_FILE).is_file()
+    if not resume:
+        if files and chief:
+            listing = ", ".join(files[:4]) + (", ..." if len(files) > 4 else "")
+            raise RunDirError(
+                f"Output directory {str(run_dir)!r} is not empty (it holds {listing}). "
+                "Continue that run with --resume, or choose another --output-dir."
+            )
+        return False
+    ours = {
+        TOKENIZERS_DIR, CHECKPOINTS_DIR, LOGS_DIR, METRICS_CSV,
+        PROGRESS_FILE, SAMPLING_FILE,
+    }
+    if chief and (has_config or all(name in ours or is_temporary(name) for name in files)):
+        remove_leftovers(run_dir)  # only in a directory of ours
+        files = run_files(run_dir)
+    if has_config:
+        return True
+    strangers = [name for name in files if name not in ours]
+    if strangers:
+        raise RunDirError(
+            f"Cannot resume from {str(run_dir)!r}: it has no {CONFIG_FILE}, so it is "
+            f"not a training run (it holds {', '.join(strangers[:4])})."
+        )
+    if not chief:
+        raise RunDirError(
+            f"Cannot resume: this worker cannot read {str(run_dir / CONFIG_FILE)!r}. "
+            "A multi-worker run resumes only when every worker sees the chief's output "
+            "directory (a shared filesystem at the same path)."
+        )
+    if files:
+        logger.info("Nothing to resume in %s (the run stopped before it began); starting anew.",
+                    run_dir)
+    return False
+
+
+def training_trace(run_dir: Path) -> str:
+    """What in `run_dir` shows that the run trained past a checkpoint ('' if nothing)."""
+    progress = run_dir / PROGRESS_FILE
+    if progress.is_file():
+        try:
+            step = read_json(progress).get("checkpoint_step")
+        except RunDirError:
+            step = None
+        return f"{PROGRESS_FILE} records a checkpoint saved at step {step}"
+    for name in (MODEL_FILE, METRICS_JSON):
+        if (run_dir / name).exists():
+            return f"it holds {name}"
+    metrics = run_dir / METRICS_CSV
+    if metrics.is_file() and len(metrics.read_text(encoding="utf-8").splitlines()) > 1:
+        return f"{METRICS_CSV} has rows"
+    directory = run_dir / CHECKPOINTS_DIR
+    if directory.is_dir() and any(p.name.startswith("ckpt-") for p in directory.iterdir()):
+        return "checkpoint data without an index is left"
+    return ""
+
+
+def record_checkpoint(write_dir: Path, step: int) -> None:
+    """Writes `progress.json` after a checkpoint was saved: its step and path.
+
+    Kept outside `checkpoints/`, it shows that the run had checkpoints when
+    they are gone (`resume_checkpoint`).
+    """
+    write_json_atomic(write_dir / PROGRESS_FILE, {
+        "checkpoint_step": step,
+        "checkpoint": f"{CHECKPOINTS_DIR}/ckpt-{step}",
+    })
+
+
+def remove_leftovers(run_dir: Path) -> None:
+    """Removes what interrupted writes left in `run_dir`.
+
+    The temporary files of `replace_atomically` (`*.tmp`,
+    `model.tmp.keras`), and in `checkpoints/` TensorFlow's temporary files
+    and directories (`checkpoint.tmp*`, `ckpt-<step>_temp/`) and the data of
+    checkpoints whose index, written last, is missing.
+    """
+    removed = _leftovers(run_dir)
+    for path in removed:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if removed:
+        logger.info("Removed what an interrupted write left in %s: %s.", run_dir,
+                    ", ".join(str(path.relative_to(run_dir)) for path in removed))
+
+
+def _leftovers(run_dir: Path) -> list[Path]:
+    leftovers = [path for path in _entries(run_dir) if path.is_file() and is_temporary(path)]
+    directory = run_dir / CHECKPOINTS_DIR
+    for path in _entries(directory):
+        name = path.name
+        if name.startswith(CHECKPOINT_STATE_FILE + ".tmp") or (
+            path.is_dir() and name.startswith("ckpt-") and name.endswith("_temp")
+        ):
+            leftovers.append(path)
+        elif name.startswith("ckpt-") and ".data-" in name:
+            index = directory / (name.split(".data-", 1)[0] + ".index")
+            if not index.exists():
+                leftovers.append(path)
+    return leftovers
+
+
+def _entries(directory: Path) -> list[Path]:
+    return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
+def save_model_atomic(model, path: Path) -> None:
+    """Saves `model` to `path` (a `.keras` file) atomically and durably."""
+    replace_atomically(path, model.save)
+
+
+def truncate_metrics_csv(path: Path, first_epoch: int) -> None:
+    """Drops the rows of epochs >= `first_epoch` (0-based), which will be written again."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return
+    kept = [lines[0]]
+    for line in lines[1:]:
+        epoch = line.split(",", 1)[0]
+        if epoch.isdigit() and int(epoch) < first_epoch:
+            kept.append(line)
+    if len(kept) != len(lines):
+        write_text_atomic(path, "".join(kept))

@@ -124,13 +124,14 @@ def project_model(corpus: Path, vocab_size: int) -> tuple[dict, int]:
     building it with the package."""
     import tensorflow as tf
 
+    from transformer.model import build_model
     from transformer.run.config import RunConfig
 
     config = RunConfig(data=str(corpus / "train.tsv"), valid=str(corpus / "valid.tsv"),
                        test=str(corpus / "test.tsv"))
     architecture = {name: getattr(config.model, name) for name in (
         "num_layers", "d_model", "num_heads", "dff", "normalize_first", "tie_embeddings")}
-    model = config.model.build_model(vocab_size, vocab_size)
+    model = build_model(config.model, vocab_size, vocab_size)
     tokens = tf.ones((1, 4), tf.int64)
     model((tokens, tokens), training=False)
     return architecture, int(model.count_params())

@@ -99,13 +99,14 @@ for source, target in corpus.train[:8]:
 # %%
 if QUICK:
     config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
-                       eval_batch_size=256)
+                       eval_batch_size=256, precision="float32")
 else:
     # `python train.py`'s toy settings: four passes over the corpus (4 x 313 = 1,252
     # updates of 64 pairs), warm-up 400 steps; here 1,250 updates, logged as 10
-    # "epochs" of 125 updates to draw smoother training curves. Precision: float32
-    # (RunConfig's default), whatever the CPU.
-    config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=125)
+    # "epochs" of 125 updates to draw smoother training curves. Precision: float32,
+    # whatever the CPU.
+    config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=125,
+                       precision="float32")
 shown = ("model", "batch_size", "epochs", "steps_per_epoch", "warmup_steps", "label_smoothing", "seed")
 print(json.dumps({key: value for key, value in config.to_dict().items() if key in shown}, indent=1))
 
@@ -120,11 +121,11 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 # the tokenizers, trains with `model.fit` (Adam with the schedule above,
 # cross-entropy with label smoothing $\epsilon_{ls} = 0.1$ averaged over the
 # non-padding tokens, §5.3-5.4), evaluates on the test split (greedy decoding,
-# exact match and BLEU) and writes the run directory. One thing differs: the
-# precision. `RunConfig` trains in float32 unless given `precision=...`, while
-# `python train.py` picks `mixed_bfloat16` where bfloat16 trains faster (CPUs
-# with AMX, AMD CPUs with AVX-512 BF16) and float32
-# elsewhere (`transformer.run.precision.default_precision`). On two CPU cores
+# exact match and BLEU) and writes the run directory. One thing is fixed here:
+# the precision, float32 on every CPU (`precision="float32"`), while
+# `RunConfig` and `python train.py` left to themselves pick `mixed_bfloat16`
+# where bfloat16 trains faster (CPUs with AMX, AMD CPUs with AVX-512 BF16) and
+# float32 elsewhere (`transformer.run.precision.default_precision`). On two CPU cores
 # this takes a few minutes. A finished run is loaded instead.
 
 # %%

@@ -9,10 +9,13 @@ evaluates it on the toy test split and writes everything to runs/toy/.
     python train.py --output-dir runs/toy --resume      # after an interruption
     python translate.py --run runs/toy "o gato preto come o bolo"
 
-This module only parses the options; the work is `transformer.run.train`.
-Importing it does not import TensorFlow: the options are parsed first (so
-`--help` and a bad option answer at once), then TensorFlow starts, with its
-native start-up messages hidden (see `transformer.cli.common.hide_native_stderr`).
+This module only parses the options, once, into the `RunConfig` that the
+Python API makes of the same choices (`config_of_choices`): an option not
+given is left to the schema's defaults, as it is in Python. The work is
+`transformer.run.train`. Importing it does not import TensorFlow: the options
+are parsed first (so `--help` and a bad option answer at once), then
+TensorFlow starts, with its native start-up messages hidden (see
+`transformer.cli.common.hide_native_stderr`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import os
 import sys
 
+from transformer import run
 from transformer.cli.common import (
     OneLineErrorParser,
     duration,
@@ -35,8 +39,8 @@ from transformer.cli.common import (
 )
 from transformer.kernels.allocator import use_fast_allocators
 from transformer.model_config import PRESETS, TransformerConfig
-from transformer.options import SECTIONS, Option, option_flag, settings_option
-from transformer.run.config import RESUMABLE_FIELDS, RunConfig, resume_config
+from transformer.run.config import RESUMABLE_FIELDS, RunConfig
+from transformer.run.config_format import resume_config
 from transformer.run.recipes import (
     CORPUS_DEFAULTS,
     CORPUS_MODEL_DEFAULTS,
@@ -47,6 +51,7 @@ from transformer.run.recipes import (
     dataset_defaults,
     default_model,
 )
+from transformer.settings import SECTIONS, Option, option_flag, settings_option
 
 
 def _start_tensorflow():
@@ -81,7 +86,7 @@ PROG = "train.py"
 # Options that are not settings of the run.
 _NOT_CONFIG = ("resume", "no_export")
 
-# The argument type of each kind of setting (`transformer.options.KINDS`).
+# The argument type of each kind of setting (`transformer.settings.KINDS`).
 _ARG_TYPES = {
     "text": None,
     "choice": None,
@@ -158,11 +163,12 @@ def _default_text(field: dataclasses.Field, option: Option, is_model: bool, cont
     return _show(field.default)
 
 
-def _add_setting(group, field, option: Option, is_model: bool, default, context) -> None:
-    """Adds the option of one setting, its help generated from the schema."""
+def _add_setting(group, field, option: Option, is_model: bool, context) -> None:
+    """Adds the option of one setting, its help generated from the schema; an
+    option not given is absent from the parsed namespace (its default is the schema's)."""
     default_text = _default_text(field, option, is_model, context)
     help_text = f"{option.help} (default: {default_text})".lstrip()
-    kwargs = dict(dest=field.name, help=help_text, default=default)
+    kwargs = dict(dest=field.name, help=help_text, default=argparse.SUPPRESS)
     if option.kind == "flag":
         kwargs["action"] = "store_true"
     elif option.kind == "switch":
@@ -180,10 +186,10 @@ def resumable_options() -> list[str]:
                   if field.name in RESUMABLE_FIELDS - {"output_dir"})  # the run itself
 
 
-def build_parser(suppress_defaults: bool = False, schema=RunConfig) -> argparse.ArgumentParser:
+def build_parser(schema=RunConfig) -> argparse.ArgumentParser:
     """The option parser, generated from the settings' schema (`RunConfig`'s fields
-    and their `transformer.options.Option`s); with `suppress_defaults`, only given
-    options appear."""
+    and their `transformer.settings.Option`s). Only the options given appear in
+    the namespace it parses: the defaults are the schema's (`config_of_choices`)."""
     parser = OneLineErrorParser(
         prog=PROG,
         description="Train a Transformer translator (Vaswani et al., 2017). With no "
@@ -192,43 +198,50 @@ def build_parser(suppress_defaults: bool = False, schema=RunConfig) -> argparse.
         epilog="Multi-worker: start the same command on every machine with "
         "--strategy multi-worker and a TF_CONFIG naming all workers and this one's index; "
         "worker 0 writes the run directory.",
-        argument_default=argparse.SUPPRESS if suppress_defaults else None,
+        argument_default=argparse.SUPPRESS,
     )
     groups = {key: parser.add_argument_group(title) for key, title in SECTIONS.items()}
     context = default_context()
     for field, option, is_model in _settings(schema):
-        if suppress_defaults:
-            default = argparse.SUPPRESS
-        elif option.cli_default is not None:
-            default = option.cli_default()
-        else:
-            default = None if is_model else field.default
-        _add_setting(groups[option.section], field, option, is_model, default, context)
-    off = argparse.SUPPRESS if suppress_defaults else False  # the two run flags' default
+        _add_setting(groups[option.section], field, option, is_model, context)
     groups["run"].add_argument(
-        "--resume", action="store_true", default=off,
+        "--resume", action="store_true",
         help="continue the run in --output-dir from its last checkpoint, with its saved "
         "settings; only " + ", ".join(resumable_options()) + " may change (any other "
         "option, --precision included, must match the saved run or is refused)")
     groups["run"].add_argument(
-        "--no-export", action="store_true", default=off,
+        "--no-export", action="store_true",
         help="do not export the translator to <output-dir>/export (default: export it)")
     return parser
 
 
-def _config_from_args(args, explicit):
+def config_of_choices(choices: dict) -> RunConfig:
+    """The `RunConfig` of the settings given, by name (`RunConfig`'s fields, and the
+    model's as `--num-layers` gives them): the one the Python API makes of them.
+
+    Example:
+
+    >>> config_of_choices({"epochs": 2, "num_layers": 1}) == RunConfig(
+    ...     epochs=2, model=default_model("toy", num_layers=1))
+    True
+    """
+    values = dict(choices)
+    model_keys = {f.name for f in dataclasses.fields(TransformerConfig)}
+    overrides = {key: values.pop(key) for key in list(values) if key in model_keys}
+    if overrides:
+        dataset, data = values.get("dataset", "toy"), values.get("data")
+        preset = values.get("preset") or dataset_defaults(dataset, data)["preset"]
+        values["model"] = default_model(preset, dataset, data, **overrides)
+    return RunConfig(**values)
+
+
+def _config_from_args(args) -> RunConfig:
     """The `RunConfig` of the options; to resume, the saved one with the given changes."""
-    values = {k: v for k, v in vars(args).items() if k not in _NOT_CONFIG}
-    if values["preset"] is None:
-        values["preset"] = dataset_defaults(values["dataset"], values["data"])["preset"]
-    model_keys = [f.name for f, _, is_model in _settings() if is_model]
-    model = default_model(values["preset"], values["dataset"], values["data"],
-                          **{key: values.pop(key) for key in model_keys})
-    config = RunConfig(model=model, **values)
-    if not args.resume:
+    choices = {k: v for k, v in vars(args).items() if k not in _NOT_CONFIG}
+    config = config_of_choices(choices)
+    if not getattr(args, "resume", False):
         return config
-    changes = {k: v for k, v in vars(explicit).items() if k not in _NOT_CONFIG}
-    return resume_config(config.run_dir, changes) or config  # None: nothing saved yet
+    return resume_config(config.run_dir, choices) or config  # None: nothing saved yet
 
 
 def _print_result(result):
@@ -257,7 +270,7 @@ def main(argv=None) -> int:
     """Runs `train.py` with `argv` (default: the command line's); returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    explicit = build_parser(suppress_defaults=True).parse_args(argv)
+    resume, export = getattr(args, "resume", False), not getattr(args, "no_export", False)
 
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -272,15 +285,13 @@ def main(argv=None) -> int:
     _start_tensorflow()
     import tensorflow as tf
 
-    from transformer.run.trainer import TrainingError, train
-
     try:
-        config = _config_from_args(args, explicit)
-        result = train(config, resume=args.resume, export=not args.no_export)
+        config = _config_from_args(args)
+        result = run.train(config, resume=resume, export=export)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; continue with --resume.", file=sys.stderr)
         return 130
-    except (ValueError, OSError, TrainingError, tf.errors.OpError) as err:
+    except (ValueError, OSError, run.TrainingError, tf.errors.OpError) as err:
         return report_error(PROG, err)
     if result.is_chief:
         _print_result(result)

@@ -1,11 +1,14 @@
 """The run around the model: configuration, training, checkpoints and evaluation.
 
 What `train.py` does, as a library; the paper's part of training (schedule,
-loss, accuracy) is `transformer.training`, the run directory's layout is
+loss, accuracy) is `transformer.training`, the run directory is
 `transformer.rundir`.
 
-- `config`: `RunConfig` (what `config.json` holds), its checks and resume rules.
-- `recipes`: the dataset-dependent defaults and the rule sizing a real corpus's run.
+- `config`: `RunConfig`, the run's settings and their defaults (`config_checks`
+  checks them).
+- `recipes`: the dataset-dependent defaults, and `resolve`, which makes the run's
+  one complete config from the settings and the corpus.
+- `config_format`: `config.json`, its versions and what a resumed run may change.
 - `precision`: the Keras dtype policies and the default for this CPU.
 - `distribute`: the `tf.distribute` strategies (one device, mirrored, multi-worker).
 - `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, time budget,
@@ -25,7 +28,8 @@ result.evaluation.exact_match, result.evaluation.bleu
 
 The names below are imported on first use: importing a submodule that needs
 no TensorFlow (`transformer.run.config`, `transformer.run.recipes`,
-`transformer.run.precision`) does not import it, so that `train.py` parses its options before TensorFlow starts.
+`transformer.run.precision`) does not import it, so that `train.py` parses its
+options before TensorFlow starts.
 """
 
 from __future__ import annotations
@@ -39,8 +43,11 @@ _EXPORTS = {
     "StopOnNaN": "callbacks",
     "TrainingError": "callbacks",
     "optimizer_step": "callbacks",
-    "CONFIG_FORMAT_VERSION": "config",
+    "CONFIG_FORMAT_VERSION": "config_format",
+    "load_config": "config_format",
     "CORPUS_DEFAULTS": "recipes",
+    "CorpusFacts": "recipes",
+    "resolve": "recipes",
     "DEFAULT_RUNS_DIR": "config",
     "RESUMABLE_FIELDS": "config",
     "TOY_DEFAULTS": "recipes",

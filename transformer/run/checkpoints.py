@@ -20,6 +20,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from transformer import rundir
 from transformer.kernels.optimizers import use_moving_average
 from transformer.rundir import RunDirError
 
@@ -64,6 +65,34 @@ def latest_checkpoint(directory) -> str | None:
     logger.warning("%s has no readable `checkpoint` state file; resuming from %s, the "
                    "latest checkpoint on disk.", directory, path)
     return path
+
+
+def resume_checkpoint(run_dir) -> str | None:
+    """The checkpoint a resumed run continues from, or None to start it anew.
+
+    None only when the run stopped before its first checkpoint (this is logged):
+    nothing in `run_dir` shows that it trained (`transformer.rundir.training_trace`).
+
+    Raises:
+        transformer.rundir.RunDirError: the run trained, but its checkpoints
+            directory holds no checkpoint to continue from.
+    """
+    run_dir = Path(run_dir)
+    directory = run_dir / rundir.CHECKPOINTS_DIR
+    latest = latest_checkpoint(directory)
+    if latest:
+        return latest
+    trace = rundir.training_trace(run_dir)
+    if trace:
+        raise rundir.RunDirError(
+            f"Cannot resume {str(run_dir)!r}: {str(directory)!r} holds no checkpoint to "
+            f"continue from (deleted, or its `checkpoint` file unreadable), yet the run "
+            f"trained ({trace}). Restore the checkpoints, or start a new run in another "
+            "--output-dir."
+        )
+    logger.warning("%s stopped before its first checkpoint: there is nothing to continue; "
+                   "starting the run anew.", run_dir)
+    return None
 
 
 def open_checkpoints(model, directory, average: int = 1, resume_from=None):

@@ -1,20 +1,21 @@
-"""The run's configuration: what `config.json` holds, its defaults and its checks."""
+"""The run's configuration, `RunConfig`: its settings, their defaults, what a resume may change.
+
+A `RunConfig` is frozen. Made from the user's choices, it fills the
+dataset-dependent defaults from the recipes at once; the fields that the
+corpus or the machine decide (`epochs`, `batch_tokens`, `steps_per_epoch`,
+`precision`) stay None until `transformer.run.recipes.resolve` makes the
+complete config of the run, which `config.json` holds and nothing changes
+afterwards. The format of `config.json` is `transformer.run.config_format`,
+the checks `transformer.run.config_checks`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
-from transformer import options, rundir
-from transformer._validation import (
-    check_learning_rate,
-    check_max_tokens,
-    check_non_negative_int,
-    check_positive_int,
-    check_rate,
-)
+from transformer import settings
 from transformer.constants import (
     DEFAULT_ALPHA,
     PAPER_LEARNING_RATE,
@@ -24,33 +25,21 @@ from transformer.constants import (
 )
 from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS, TransformerConfig
-from transformer.options import setting
-from transformer.run.fingerprint import FINGERPRINT_KEY
-from transformer.run.precision import PRECISIONS, default_precision, explain_default_precision
+from transformer.run.config_checks import check_config
+from transformer.run.precision import PRECISIONS, explain_default_precision
 from transformer.run.recipes import (
     MAX_EPOCHS,
     SAMPLED_SEGMENTATIONS,
     SAMPLING_MIN_PASSES,
-    dataset_defaults,
-    default_model,
+    recipe_defaults,
 )
+from transformer.settings import setting
 
 DEFAULT_RUNS_DIR = "runs"
-# The version of the config.json layout, written next to the settings. Version 2
-# added `tokenizer`, `batch_tokens` and `eval_beam_size`; version 3
-# `learning_rate` and `average_checkpoints` (older files load with their
-# defaults: the paper's schedule and the final weights); version 4
-# `time_budget` (older files: none); version 5 `shared_vocab` and
-# `fit_warmup` (older files: two vocabularies and the paper's warm-up); version
-# 6 `subword_model` (older files: SentencePiece's unigram model); version 7
-# `data_fingerprint`, what the run was trained on (older files: none, resumed
-# unchecked with a warning; `transformer.run.fingerprint`); version 8
-# `ema_momentum` (older files: no moving average); version 9
-# `subword_sampling` (older files: none); version 10 decides it after the
-# first epoch and records the decision in the run directory (a version-9 run
-# with it read drawn segmentations from pass 9 on:
-# `transformer.run.directory.record_legacy_sampling`).
-CONFIG_FORMAT_VERSION = 10
+
+# The fields that `transformer.run.recipes.resolve` fills when they are None:
+# the corpus sizes the first three, the machine picks the precision.
+RESOLVED_FIELDS = ("epochs", "batch_tokens", "steps_per_epoch", "precision")
 
 # Fields that may change when a run is resumed; every other one is fixed by the
 # run's config.json (changing the model, the data or the batches would make the
@@ -74,20 +63,21 @@ RESUMABLE_FIELDS = frozenset(
 )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a training run; `config.json` holds `to_dict()`.
 
-    The fields come in the sections of `transformer.options.SECTIONS` (data,
+    The fields come in the sections of `transformer.settings.SECTIONS` (data,
     model, schedule, batches, run, performance, scale). Each one states its
     meaning once, in its `setting(...)` below: `python train.py --help`
     prints those texts with the defaults, and `RunConfig.describe(name)`
-    returns one. A default of None is resolved when the config is made:
-    from the dataset's recipe (`transformer.run.recipes.dataset_defaults`,
-    where each default is given with its reason), or, for `epochs`,
-    `batch_tokens` and `steps_per_epoch`, from the corpus once it is read
-    (the trainer's data stage makes the sized config, once); `max_tokens`
-    None means the model's `max_length`.
+    returns one. `train.py` makes the same `RunConfig` of its options as the
+    Python API of the same choices. A default of None is filled when the
+    config is made, from the dataset's recipe
+    (`transformer.run.recipes.dataset_defaults`, where each default is given
+    with its reason); `epochs`, `batch_tokens`, `steps_per_epoch` and
+    `precision` are filled by `transformer.run.recipes.resolve` once the corpus
+    is read; `max_tokens` None means the model's `max_length`.
 
     Example:
 
@@ -253,11 +243,11 @@ class RunConfig:
         5, "example translations to print", section="run", kind="non_negative_int",
         flag="--examples", metavar="N")
     # -- performance ---------------------------------------------------------
-    precision: str = setting(
-        "float32", "dtype policy; train.py's default is mixed_bfloat16 where bfloat16 "
-        "trains faster (CPUs with AMX, AMD CPUs with AVX-512 BF16), float32 elsewhere",
-        section="performance", kind="choice",
-        choices=PRECISIONS, cli_default=default_precision,
+    precision: str | None = setting(
+        None, "dtype policy; by default mixed_bfloat16 where bfloat16 trains faster (CPUs "
+        "with AMX, AMD CPUs with AVX-512 BF16), float32 elsewhere "
+        "(`transformer.run.precision.default_precision`)",
+        section="performance", kind="choice", choices=PRECISIONS,
         default_help=explain_default_precision)
     jit_compile: bool = setting(
         False, "compile the train step with XLA; it recompiles for every new batch shape, "
@@ -272,41 +262,23 @@ class RunConfig:
         "GPUs", section="scale", kind="positive_int", metavar="N", default_help="1")
 
     def __post_init__(self):
-        defaults = dataset_defaults(self.dataset, self.data)
-        unigram = (self.tokenizer or defaults["tokenizer"],
-                   self.subword_model or defaults["subword_model"]) == ("sentencepiece", "unigram")
-        if self.subword_sampling is None and not unigram:
-            self.subword_sampling = 0.0  # only a unigram model draws by the splits' probability
-        for name, value in defaults.items():
-            if getattr(self, name) is None:
-                if name == "shared_vocab":  # only SentencePiece learns one vocabulary
-                    value = value and self.tokenizer == "sentencepiece"
-                if (name == "ema_momentum" and isinstance(self.average_checkpoints, int)
-                        and self.average_checkpoints > 1):
-                    value = 0.0  # the averaging asked for replaces the default one
-                setattr(self, name, value)
-        if self.lower_case is None:
-            self.lower_case = self.tokenizer == "wordpiece"
-        if self.model is None:
-            self.model = default_model(self.preset, self.dataset, self.data)
-        elif isinstance(self.model, dict):
-            self.model = TransformerConfig.from_dict(self.model)
-        if self.model.tie_embeddings != self.shared_vocab:
-            # Tied embeddings need the one vocabulary; one vocabulary ties them.
-            self.model = dataclasses.replace(self.model, tie_embeddings=self.shared_vocab)
+        for name, value in recipe_defaults(self).items():
+            object.__setattr__(self, name, value)  # while the frozen config is being made
         self.validate()
 
     def validate(self) -> None:
         """Raises a Keras-style `ValueError` naming the first invalid field."""
-        _check_choices(self)
-        _check_numbers(self)
-        _check_max_tokens(self.max_tokens, self.model.max_length)
-        _check_files(self)
+        check_config(self)
 
     @staticmethod
     def describe(name: str) -> str:
         """The meaning of the setting `name`, as `train.py --help` states it."""
-        return options.describe(RunConfig, name)
+        return settings.describe(RunConfig, name)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether every field that the corpus or the machine decide is set."""
+        return None not in (getattr(self, name) for name in RESOLVED_FIELDS)
 
     # -- derived values ----------------------------------------------------
 
@@ -346,47 +318,12 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        version = data.get("format_version", 1)
-        if version < 2:
-            # Written before the tokenizer and batching choices existed: the
-            # run used WordPiece and batches of `batch_size` pairs.
-            data = {"tokenizer": "wordpiece", "batch_tokens": 0, **data}
-        if version < 5:
-            # Written before shared vocabularies and warm-ups fitted to the run.
-            data = {"shared_vocab": False, "fit_warmup": False, **data}
-        if version < 6:
-            # Written before the toy corpus learnt byte-pair merges.
-            data = {"subword_model": "unigram", **data}
-        if version < 8:
-            # Written before the moving average of the weights.
-            data = {"ema_momentum": 0.0, **data}
-        if version < 9:
-            # Written before subword regularisation.
-            data = {"subword_sampling": 0.0, **data}
-        # Information written next to the settings (vocabulary sizes, ...).
-        data = {key: value for key, value in data.items() if key not in _DERIVED_KEYS}
-        unknown = sorted(set(data) - known)
+        """The config of `to_dict()`'s output; `config.json`, of any version, is
+        `transformer.run.config_format.read_config`'s."""
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"Unknown RunConfig fields: {unknown}")
         return cls(**data)
-
-    @classmethod
-    def load(cls, run_dir) -> RunConfig:
-        """The config of a run directory (its `config.json`)."""
-        path = Path(run_dir) / rundir.CONFIG_FILE
-        return cls.from_record(rundir.read_json(path), path)
-
-    @classmethod
-    def from_record(cls, record: dict, path) -> RunConfig:
-        """The config of `record`, the content of the `config.json` at `path`;
-        a `RunDirError` naming `path` when it is not a valid one."""
-        try:
-            return cls.from_dict(record)
-        except (TypeError, ValueError) as err:
-            if isinstance(err, rundir.RunDirError):
-                raise
-            raise rundir.RunDirError(f"{str(path)!r} is not a valid run config: {err}") from err
 
     def replace(self, **changes) -> RunConfig:
         """A copy with `changes`; model fields (`num_layers`, `d_model`, ...) go to the model."""
@@ -394,155 +331,3 @@ class RunConfig:
         model_changes = {k: changes.pop(k) for k in list(changes) if k in model_fields}
         model = dataclasses.replace(self.model, **model_changes) if model_changes else self.model
         return dataclasses.replace(self, model=model, **changes)
-
-    def for_resume(self, **changes) -> RunConfig:
-        """This (saved) config with the changes a resumed run may make.
-
-        Args:
-            **changes: new values; those equal to the saved ones are ignored, and
-                only `RESUMABLE_FIELDS` may differ.
-
-        Raises:
-            ValueError: naming a field that cannot change, with both values.
-        """
-        current = self.to_dict()
-        flat = {**current, **current["model"]}
-        for key, value in changes.items():
-            if key not in flat:
-                raise ValueError(f"Unknown RunConfig field: {key!r}")
-            if key not in RESUMABLE_FIELDS and value != flat[key]:
-                raise ValueError(
-                    f"Cannot change `{key}` when resuming: the run was started with "
-                    f"{key}={flat[key]!r}, received {key}={value!r}. Drop the option, or "
-                    "start a new run in another output directory."
-                )
-        return self.replace(**{k: v for k, v in changes.items() if k in RESUMABLE_FIELDS})
-
-    def resumed_with(self, config: RunConfig) -> RunConfig:
-        """This (saved) config with the settings of `config` that a resumed run
-        may change (`for_resume`; the others must be equal or unset). The
-        fields that `config` leaves to the corpus (None) keep their saved values."""
-        changes = config.to_dict()
-        changes.update(changes.pop("model"))
-        for name in ("steps_per_epoch", "epochs", "batch_tokens"):
-            if getattr(config, name) is None:
-                changes.pop(name)
-        return self.for_resume(**changes)
-
-
-def resume_config(run_dir, changes: dict[str, Any]) -> RunConfig | None:
-    """The saved config of `run_dir` with `changes` (`RunConfig.for_resume`, the
-    one rule of what a resumed run may change); None when nothing is saved yet."""
-    if not (Path(run_dir) / rundir.CONFIG_FILE).is_file():
-        return None
-    return RunConfig.load(run_dir).for_resume(**changes)
-
-
-# Keys of config.json that are facts about the run rather than settings.
-_DERIVED_KEYS = frozenset(
-    {"input_vocab_size", "target_vocab_size", "format_version", FINGERPRINT_KEY}
-)
-
-
-# --------------------------------------------------------------------------
-# The checks of `RunConfig.validate`, in the order they run
-# --------------------------------------------------------------------------
-
-
-def _check_choice(name: str, value, options) -> None:
-    if value not in options:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected one of "
-            f"{list(options)}. Received: {name}={value!r}"
-        )
-
-
-def _check_choices(config: RunConfig) -> None:
-    """`dataset` (without `data`), `preset`, `precision`, `strategy` and the tokenizer."""
-    if config.data is None:
-        _check_choice("dataset", config.dataset, DATASETS)
-    _check_choice("preset", config.preset, list(PRESETS))
-    _check_choice("precision", config.precision, PRECISIONS)
-    _check_choice("strategy", config.strategy, STRATEGIES)
-    _check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
-    _check_choice("subword_model", config.subword_model, SENTENCEPIECE_MODEL_TYPES)
-    if config.subword_sampling and config.tokenizer != "sentencepiece":
-        raise ValueError(
-            "Received `subword_sampling` > 0 with the wordpiece tokenizer, expected "
-            "tokenizer='sentencepiece': only SentencePiece draws segmentations. Received: "
-            f"subword_sampling={config.subword_sampling}"
-        )
-    if config.subword_sampling and config.subword_model != "unigram":
-        raise ValueError(
-            "Received `subword_sampling` > 0 with subword_model='bpe', expected "
-            "subword_model='unigram': a unigram model draws segmentations by their "
-            "probability, sharpened by alpha (for BPE, SentencePiece reads alpha as a "
-            f"dropout rate instead). Received: subword_sampling={config.subword_sampling}"
-        )
-    if config.shared_vocab and config.tokenizer != "sentencepiece":
-        raise ValueError(
-            "Received `shared_vocab=True` with the wordpiece tokenizer, expected "
-            "tokenizer='sentencepiece': only SentencePiece learns one vocabulary for "
-            "both languages."
-        )
-
-
-def _check_numbers(config: RunConfig) -> None:
-    """Counts, columns, `label_smoothing` and `ema_momentum`."""
-    for name in ("batch_size", "vocab_size", "checkpoint_every", "eval_batch_size",
-                 "eval_beam_size", "average_checkpoints", "warmup_steps"):
-        check_positive_int(name, getattr(config, name))
-    # None: sized from the corpus once it is read.
-    for name in ("steps_per_epoch", "cpu_devices", "epochs"):
-        if getattr(config, name) is not None:
-            check_positive_int(name, getattr(config, name))
-    if config.batch_tokens is not None:
-        check_non_negative_int("batch_tokens", config.batch_tokens)
-    for name in ("source_column", "target_column", "num_examples", "seed"):
-        check_non_negative_int(name, getattr(config, name))
-    check_rate("label_smoothing", config.label_smoothing)
-    check_rate("subword_sampling", config.subword_sampling)
-    check_rate("ema_momentum", config.ema_momentum)
-    if config.ema_momentum and config.average_checkpoints > 1:
-        raise ValueError(
-            "Received `ema_momentum` and `average_checkpoints` > 1, expected one of them: "
-            "both average the weights. Received: "
-            f"ema_momentum={config.ema_momentum}, "
-            f"average_checkpoints={config.average_checkpoints}"
-        )
-    budget = config.time_budget
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                               or not 0 < budget < math.inf):
-        raise ValueError(
-            "Received an invalid value for argument `time_budget`, expected a positive "
-            f"number of seconds or None. Received: time_budget={budget!r}"
-        )
-    if config.learning_rate != PAPER_LEARNING_RATE:
-        check_learning_rate(config.learning_rate)
-    if config.source_column == config.target_column:
-        raise ValueError(
-            "Received the same column for source and target. Received: "
-            f"source_column={config.source_column}, target_column={config.target_column}"
-        )
-
-
-def _check_max_tokens(max_tokens, max_length: int) -> None:
-    """None, or room for [START] and [END] within the model's positional encoding."""
-    if max_tokens is None:
-        return
-    check_max_tokens(max_tokens)
-    if max_tokens > max_length:
-        raise ValueError(
-            "Received an invalid value for argument `max_tokens`, expected at most "
-            f"the model's max_length={max_length} (the rows of its "
-            f"positional encoding). Received: max_tokens={max_tokens}"
-        )
-
-
-def _check_files(config: RunConfig) -> None:
-    """`valid` and `test` files go only with a `data` file."""
-    if (config.valid or config.test) and not config.data:
-        raise ValueError(
-            "Received `valid` or `test` files without `data`: they only go with a "
-            "training file (--data FILE.tsv)."
-        )

@@ -1,19 +1,27 @@
 """The dataset recipes and the sizing rule: what a run uses when it is not told.
 
+Every default of a run is here or on its field (`RunConfig`, `TransformerConfig`,
+the `PRESETS`), and `train.py` and the Python API read the same ones.
 Two recipes: the toy corpus (small and regular, learnt in a few passes) and a
 real corpus (a TSV file or the tutorial's TFDS dataset). `RunConfig` fills its
-unset fields from `dataset_defaults`, builds its model with `default_model`,
-and the trainer sizes `epochs` and `batch_tokens` with `size_epochs_and_batches`
-once it has read the corpus. The measurements behind each choice are in
-BENCHMARKS.md (its summary at the top names the section of each). Plain Python:
-no TensorFlow at import, so the train CLI can print them in `--help`.
+unset fields from `recipe_defaults` when it is made (`dataset_defaults`, the
+model of `default_model`); `resolve` then makes the run's complete, frozen
+config from it and the facts of the corpus (`CorpusFacts`): `epochs` and
+`batch_tokens` sized by `size_epochs_and_batches`, `steps_per_epoch` the
+first pass's batches, and this CPU's fastest `precision`. The measurements
+behind each choice are in BENCHMARKS.md (its summary at the top names the
+section of each). Plain Python: no TensorFlow at import, so the train CLI can
+print them in `--help`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from transformer.model_config import TransformerConfig
+from transformer.run.precision import default_precision
 
 TOY_DEFAULTS = {
     # The small `toy` model: the toy grammar needs no more.
@@ -154,6 +162,83 @@ def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
     4
     """
     return dict(TOY_DEFAULTS if _is_toy(dataset, data) else CORPUS_DEFAULTS)
+
+
+def recipe_defaults(config) -> dict[str, Any]:
+    """The values of the fields that the `RunConfig` `config` leaves to its
+    dataset's recipe (None), and its model: the preset's, with the corpus'
+    model defaults, its embeddings tied with one vocabulary."""
+    defaults = dataset_defaults(config.dataset, config.data)
+    filled: dict[str, Any] = {}
+    unigram = (config.tokenizer or defaults["tokenizer"],
+               config.subword_model or defaults["subword_model"]) == ("sentencepiece", "unigram")
+    if config.subword_sampling is None and not unigram:
+        # Only a unigram model draws segmentations by their probability.
+        filled["subword_sampling"] = 0.0
+    for name, value in defaults.items():
+        if getattr(config, name) is None and name not in filled:
+            if name == "shared_vocab":  # only SentencePiece learns one vocabulary
+                tokenizer = filled.get("tokenizer", config.tokenizer)
+                value = value and tokenizer == "sentencepiece"
+            if (name == "ema_momentum" and isinstance(config.average_checkpoints, int)
+                    and config.average_checkpoints > 1):
+                value = 0.0  # the averaging asked for replaces the default one
+            filled[name] = value
+    if config.lower_case is None:
+        filled["lower_case"] = filled.get("tokenizer", config.tokenizer) == "wordpiece"
+    model = config.model
+    if model is None:
+        model = default_model(filled.get("preset", config.preset), config.dataset, config.data)
+    elif isinstance(model, dict):
+        model = TransformerConfig.from_dict(model)
+    shared = filled.get("shared_vocab", config.shared_vocab)
+    if model.tie_embeddings != shared:
+        # Tied embeddings need the one vocabulary; one vocabulary ties them.
+        model = dataclasses.replace(model, tie_embeddings=shared)
+    if model is not config.model:
+        filled["model"] = model
+    return filled
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusFacts:
+    """What `resolve` needs to know of the training pairs once they are read.
+
+    Attributes:
+        num_pairs: training pairs.
+        mean_tokens: mean padded length of a pair (tokens of its longer side).
+        pass_batches: `pass_batches(batch_tokens, batch_size)`, the batches of
+            the first pass over the pairs (`transformer.data.batching.batches_per_pass`).
+    """
+
+    num_pairs: int
+    mean_tokens: float
+    pass_batches: Callable[[int, int], int]
+
+
+def resolve(config, facts: CorpusFacts):
+    """The run's complete configuration: `config` (a `RunConfig` of the user's
+    choices and the recipe) with the fields it leaves None filled from the corpus
+    (`size_epochs_and_batches`, `steps_per_epoch` = the first pass's batches)
+    and this CPU's fastest precision (`default_precision`). The trainer resolves
+    once, writes the result to `config.json`, and nothing changes it afterwards;
+    a resolved config resolves to itself.
+
+    Example (26,000 pairs of 9 tokens: 7 epochs of 288-token batches):
+
+    >>> from transformer.run.config import RunConfig
+    >>> facts = CorpusFacts(26_000, 9.0, lambda batch_tokens, batch_size: 815)
+    >>> run = resolve(RunConfig(data="pairs.tsv", precision="float32"), facts)
+    >>> run.epochs, run.batch_tokens, run.steps_per_epoch, run.resolved
+    (7, 288, 815, True)
+    """
+    changes = size_epochs_and_batches(facts.num_pairs, facts.mean_tokens, config)
+    if config.steps_per_epoch is None:
+        changes["steps_per_epoch"] = facts.pass_batches(
+            changes.get("batch_tokens", config.batch_tokens), config.batch_size)
+    if config.precision is None:
+        changes["precision"] = default_precision()
+    return config.replace(**changes) if changes else config
 
 
 def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config) -> dict:

@@ -5,21 +5,29 @@ underfit it lowered BLEU (BENCHMARKS.md, "Subword regularisation"). So the
 first epoch always reads the pairs' best split, and at its end the run
 decides once, from the passes it is on course to make, whether the later
 passes read drawn segmentations (`recipes.samples_subwords`): its epochs, or
-with a time budget the budget over the time the first epoch took. The
-segmentations are drawn then, outside the budget, and only if they will be
-read. The decision and the first pass that reads a draw are written to the
-run directory (`rundir.SAMPLING_FILE`), so that a resumed run reads what the
-interrupted one read.
+with a time budget the budget over the time the first epoch took. That plan
+(`sampling_plan`) is the one part of a run decided after its config is
+resolved; it is recorded beside `config.json` in `rundir.SAMPLING_FILE`, by
+`record_sampling_plan` alone, so that a resumed run reads what the
+interrupted one read. The segmentations are drawn then (`drawn_pairs`),
+outside the budget, and only if they will be read.
+
+Passes over token-budget batches differ in length: pass `p` makes
+`batches_per_pass(..., pass_index=p)` batches, and the stream reads them one
+after the other, so the pass that begins at a step is counted pass by pass
+(`first_pass_from`), never as steps over the first pass's batches.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from transformer import rundir
 from transformer.data.batching import TokenizedPairs, batches_per_pass, sample_pairs
 from transformer.run import recipes
 from transformer.run.config import RunConfig
+from transformer.run.config_format import legacy_sampling_plan
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +57,7 @@ def may_sample(config: RunConfig, best: TokenizedPairs) -> bool:
         config.epochs * config.steps_per_epoch / _pass_batches(config, best, 0))
 
 
-def _first_pass_from(config: RunConfig, best: TokenizedPairs, step: int) -> int:
+def first_pass_from(config: RunConfig, best: TokenizedPairs, step: int) -> int:
     """The first pass over `best` that starts at or after `step`."""
     start = pass_index = 0
     while start < step:
@@ -78,7 +86,7 @@ def _decide(config: RunConfig, best: TokenizedPairs, step: int, seconds: float) 
     samples = recipes.samples_subwords(passes)
     decision = {"samples": samples, "expected_passes": round(passes, 2), "decided_at_step": step}
     if samples:
-        decision["from_pass"] = _first_pass_from(config, best, step)
+        decision["from_pass"] = first_pass_from(config, best, step)
     logger.info(
         "Subword sampling: the run is on course for %.1f passes over the training pairs "
         "(%s), %s %d; %s.", passes,
@@ -90,25 +98,43 @@ def _decide(config: RunConfig, best: TokenizedPairs, step: int, seconds: float) 
     return decision
 
 
-def training_pairs(session, data, start_step: int, clock) -> TokenizedPairs:
-    """The tokenized pairs that `fit` reads from `start_step` on, with `clock`
-    (a `TrainingClock`) at the training time so far: `data.train_tokens` (the
-    best split) during the first epoch or without sampling, else the pairs with
-    their drawn segmentations if the run samples. Decided at the first call past
-    the first epoch and written to `session.write_dir`, or read from the run
-    directory (`session.run_dir`, which every worker of a resumed run shares)."""
-    config, best = session.config, data.train_tokens
-    if (not config.subword_sampling or start_step < config.steps_per_epoch
-            or best.variants > 1):  # the best split, or already drawn
-        return best
-    recorded = session.run_dir / rundir.SAMPLING_FILE
+def plan_needed(config: RunConfig, best: TokenizedPairs, start_step: int) -> bool:
+    """Whether `fit` from `start_step` needs the sampling plan: the run samples,
+    its first epoch is over and the segmentations are not drawn yet."""
+    return bool(config.subword_sampling) and start_step >= config.steps_per_epoch \
+        and best.variants == 1
+
+
+def sampling_plan(config: RunConfig, best: TokenizedPairs, step: int, seconds: float,
+                  run_dir) -> tuple[dict, bool]:
+    """The run's sampling plan after `step` updates in `seconds` of training, and
+    whether it is new: the one recorded in `run_dir` (which every worker of a
+    resumed run shares), else decided now (`record_sampling_plan` records it)."""
+    recorded = Path(run_dir) / rundir.SAMPLING_FILE
     if recorded.is_file():
-        decision = _read(recorded)
-    else:
-        decision = _decide(config, best, start_step, float(clock.seconds.numpy()))
-        rundir.write_json_atomic(session.write_dir / rundir.SAMPLING_FILE, decision)
-    if not decision["samples"]:
+        return _read(recorded), False
+    return _decide(config, best, step, seconds), True
+
+
+def record_sampling_plan(directory, plan: dict) -> None:
+    """Writes the sampling plan to `directory`'s `rundir.SAMPLING_FILE`: the one
+    writer of that file."""
+    rundir.write_json_atomic(Path(directory) / rundir.SAMPLING_FILE, plan)
+
+
+def record_legacy_sampling(run_dir, record: dict) -> None:
+    """Records the sampling plan of a run whose `config.json` `record` predates
+    the record (`config_format.legacy_sampling_plan`), unless one is recorded."""
+    plan = legacy_sampling_plan(record)
+    if plan is not None and not (Path(run_dir) / rundir.SAMPLING_FILE).exists():
+        record_sampling_plan(run_dir, plan)
+
+
+def drawn_pairs(config: RunConfig, pairs, tokenizers, best: TokenizedPairs,
+                plan: dict) -> TokenizedPairs:
+    """The training `pairs` with their drawn segmentations after `best`, their
+    best split, as the plan says (its `from_pass` on); `best` without sampling."""
+    if not plan["samples"]:
         return best
-    return sample_pairs(data.corpus.train, data.tokenizers, config.resolved_max_tokens,
-                        config.subword_sampling, recipes.SAMPLED_SEGMENTATIONS, config.seed,
-                        decision["from_pass"], best=best)
+    return sample_pairs(pairs, tokenizers, config.resolved_max_tokens, config.subword_sampling,
+                        recipes.SAMPLED_SEGMENTATIONS, config.seed, plan["from_pass"], best=best)

@@ -1,8 +1,9 @@
 """`train`: a whole training run, as `train.py` does it, in named stages.
 
-prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers,
-`config.json`) -> model (build, compile, restore) -> fit -> evaluate
-(`metrics.json`) -> export. The run directory's layout is `transformer.rundir`.
+prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers)
+-> resolve (the run's one config, `config.json`) -> model (build, compile,
+restore) -> fit -> evaluate (`metrics.json`) -> export. The run directory is
+`transformer.rundir`, the config's format `transformer.run.config_format`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_
 from transformer.kernels.allocator import use_fast_allocators
 from transformer.kernels.multiworker import multi_worker_fit_workaround
 from transformer.kernels.optimizers import learning_rate_schedule, make_optimizer
-from transformer.run import recipes
+from transformer.model import build_model
+from transformer.run import sampling
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
@@ -48,20 +50,13 @@ from transformer.run.callbacks import (
     format_seconds,
     optimizer_step,
 )
-from transformer.run.checkpoints import average_weights, open_checkpoints
-from transformer.run.config import CONFIG_FORMAT_VERSION, RunConfig
-from transformer.run.directory import (
-    SavedRun,
-    prepare_run_dir,
-    record_checkpoint,
-    resume_checkpoint,
-    save_model_atomic,
-    truncate_metrics_csv,
-)
+from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
+from transformer.run.config import RunConfig
+from transformer.run.config_format import read_config, resumed_with, write_config
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
-from transformer.run.sampling import may_sample, training_pairs
+from transformer.run.recipes import CorpusFacts, resolve
 from transformer.training import MaskedLoss, masked_accuracy
 from transformer.translate import export_translator
 
@@ -76,7 +71,7 @@ class TrainResult:
 
     Attributes:
         run_dir: the run directory (written by the chief only).
-        config: the run's configuration, `steps_per_epoch` resolved.
+        config: the run's configuration, resolved (`transformer.run.recipes.resolve`).
         history: per-epoch logs of this process' `fit` calls (loss,
             masked_accuracy, val_*, learning_rate).
         evaluation: the test-split `Evaluation` (None on non-chief workers or
@@ -135,7 +130,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
-            changes allowed by `RunConfig.for_resume` (other changes raise).
+            changes allowed by `transformer.run.config_format.for_resume` (other
+            changes raise); the fields it leaves None keep their saved values.
         resume: continue the run in `config.run_dir`. Without it, a non-empty
             `run_dir` is refused.
         verbose: Keras' progress display: `"auto"` (a progress bar on a
@@ -161,32 +157,32 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     ```
     """
     started = time.perf_counter()
-    session = _prepare(config, resume, started)
+    session, choices = _prepare(config, resume, started)
     previous_policy = keras.mixed_precision.global_policy()
     try:
-        keras.mixed_precision.set_global_policy(session.config.precision)
-        keras.utils.set_random_seed(session.config.seed)
-        # The corpus sizes the fields left to it (`epochs`, `batch_tokens`,
-        # `steps_per_epoch`): from here on every stage sees that one config.
-        data, sized = _load_data(session)
-        session = dataclasses.replace(session, config=sized)
+        keras.utils.set_random_seed(choices.seed)
+        data = _load_data(session, choices)
+        # The one config of the run: every later stage sees it, nothing changes it.
+        config = _resolve(choices, data.train_tokens)
+        keras.mixed_precision.set_global_policy(config.precision)
         if session.chief:  # once the data are ready: a run with config.json can resume
-            _write_config(session.run_dir, session.config, data)
-        state = _build_model(session, data)
-        history, final_step = _fit(session, data, state, verbose)
+            write_config(session.run_dir, config, data.input_vocab_size,
+                         data.target_vocab_size, data.fingerprint)
+        state = _build_model(session, config, data)
+        history, final_step = _fit(session, config, data, state, verbose)
         average_weights(state.checkpoint, state.checkpoint_manager,
-                        session.config.average_checkpoints, session.config.ema_momentum)
+                        config.average_checkpoints, config.ema_momentum)
         fingerprint = _save_model(session, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
-            evaluation, examples = _evaluate(session, data, state.model)
-            _write_metrics(session, evaluation, final_step, fingerprint,
+            evaluation, examples = _evaluate(config, data, state.model)
+            _write_metrics(session, config.epochs, evaluation, final_step, fingerprint,
                            float(state.clock.seconds.numpy()))
             if export:
                 export_dir = _export(session.run_dir)
         return TrainResult(
             run_dir=session.run_dir,
-            config=session.config,
+            config=config,
             history=history,
             evaluation=evaluation,
             examples=examples,
@@ -209,14 +205,15 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
 
 @dataclasses.dataclass(frozen=True)
 class _Session:
-    """The run being trained: its settings, its strategy and where it writes.
+    """The run being trained: its strategy and where it writes.
 
     Attributes:
-        config: the run's settings; after the data stage, the config that the
-            corpus sized (`_sized`).
         strategy: the `tf.distribute.Strategy`.
         chief: whether this process writes the run directory.
-        saved: the saved run that is continued, None for a new run.
+        resuming: whether a saved run is continued.
+        saved_fingerprint: the fingerprint of the data the saved run was
+            trained on (`transformer.run.fingerprint`); None for a new run, or
+            one saved before fingerprints were kept.
         run_dir: the run directory.
         write_dir: where this process writes: `run_dir` on the chief, a
             temporary directory on the other workers.
@@ -225,19 +222,14 @@ class _Session:
             that stopped before its first checkpoint).
     """
 
-    config: RunConfig
     strategy: tf.distribute.Strategy
     chief: bool
-    saved: SavedRun | None
+    saved_fingerprint: dict | None
     run_dir: Path
     write_dir: Path
     started: float
+    resuming: bool = False
     resume_from: str | None = None
-
-    @property
-    def resuming(self) -> bool:
-        """Whether a saved run is continued."""
-        return self.saved is not None
 
 
 @dataclasses.dataclass
@@ -271,30 +263,36 @@ class _ModelState:
 # --------------------------------------------------------------------------
 
 
-def _prepare(config: RunConfig, resume: bool, started: float) -> _Session:
-    """Creates the strategy (first, as `tf.distribute` requires) and checks the run directory."""
+def _prepare(config: RunConfig, resume: bool, started: float) -> tuple[_Session, RunConfig]:
+    """Creates the strategy (first, as `tf.distribute` requires) and checks the run
+    directory; returns the session and the config: `config`, or to resume, the
+    saved one with the changes `config` makes (`resumed_with`)."""
     use_fast_allocators()
     strategy = make_strategy(config.strategy, config.cpu_devices)
     chief, worker = is_chief(strategy), worker_name(strategy)
-    saved = prepare_run_dir(config, resume, chief)  # or a one-line refusal
-    resume_from = None
-    if saved is not None:
-        config = saved.config
+    resuming = rundir.prepare_run_dir(config.run_dir, resume, chief)  # or a one-line refusal
+    resume_from = saved_fingerprint = None
+    if resuming:
+        saved, record = read_config(config.run_dir)
+        config = resumed_with(saved, config)  # or a one-line refusal
+        saved_fingerprint = record.get(FINGERPRINT_KEY)
+        if chief:
+            sampling.record_legacy_sampling(config.run_dir, record)
         resume_from = resume_checkpoint(config.run_dir)  # or a one-line refusal
     run_dir = config.run_dir
     write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
     if not chief:
         logger.info("%s writes its copies to %s (deleted at the end).",
                     worker.capitalize(), write_dir)
-    return _Session(config=config, strategy=strategy, chief=chief, saved=saved,
-                    run_dir=run_dir, write_dir=write_dir, started=started,
-                    resume_from=resume_from)
+    session = _Session(strategy=strategy, chief=chief, saved_fingerprint=saved_fingerprint,
+                       run_dir=run_dir, write_dir=write_dir, started=started,
+                       resuming=resuming, resume_from=resume_from)
+    return session, config
 
 
-def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
+def _load_data(session: _Session, config: RunConfig) -> _Data:
     """Loads the corpus, builds (or reloads) the tokenizers and tokenizes the
-    pairs; returns the data and the config sized from the corpus."""
-    config = session.config
+    pairs, as the (not yet resolved) `config` says."""
     corpus = load_corpus(
         dataset=config.dataset,
         data=config.data,
@@ -311,10 +309,10 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
                 len(corpus.train), len(corpus.valid), len(corpus.test))
     fingerprint = data_fingerprint(config, corpus)
     if session.resuming:
-        check_data_unchanged(session.run_dir, session.saved.data_fingerprint,
+        check_data_unchanged(session.run_dir, session.saved_fingerprint,
                              fingerprint)  # or a one-line refusal
     session.write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
-    tokenizers = _tokenizers(session, corpus)
+    tokenizers = _tokenizers(session, config, corpus)
     max_tokens = config.resolved_max_tokens
     train_tokens = tokenize_pairs(corpus.train, tokenizers, max_tokens)
     valid_batches = None
@@ -322,8 +320,7 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
         valid_batches = batches_from_tokens(
             valid_tokens, config.batch_size, shuffle=False).with_options(_sharding_options())
-    config = _sized(config, train_tokens)
-    data = _Data(
+    return _Data(
         corpus=corpus,
         fingerprint=fingerprint,
         tokenizers=tokenizers,
@@ -332,15 +329,25 @@ def _load_data(session: _Session) -> tuple[_Data, RunConfig]:
         input_vocab_size=int(tokenizers.source.get_vocab_size()),
         target_vocab_size=int(tokenizers.target.get_vocab_size()),
     )
-    return data, config
 
 
-def _build_model(session: _Session, data: _Data) -> _ModelState:
+def _resolve(choices: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
+    """The run's complete config (`resolve`) from `choices` and the training pairs."""
+    lengths = train_tokens.lengths
+    config = resolve(choices, CorpusFacts(len(lengths), float(lengths.mean()), lambda tokens, size:
+                     batches_per_pass(train_tokens, tokens, batch_size=size, seed=choices.seed)))
+    logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
+                f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
+                else f" of {config.batch_size} pairs")
+    return config
+
+
+def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelState:
     """Builds and compiles the model under the strategy; restores the checkpoint to resume."""
-    config, run_dir = session.config, session.run_dir
+    run_dir = session.run_dir
     with session.strategy.scope():
         keras.utils.set_random_seed(config.seed)
-        model = config.model.build_model(data.input_vocab_size, data.target_vocab_size)
+        model = build_model(config.model, data.input_vocab_size, data.target_vocab_size)
         total_steps = config.epochs * config.steps_per_epoch if config.fit_warmup else None
         optimizer = make_optimizer(
             config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps,
@@ -382,16 +389,17 @@ def _build_model(session: _Session, data: _Data) -> _ModelState:
                        initial_step=initial_step, clock=clock)
 
 
-def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[dict, int]:
+def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
+         verbose) -> tuple[dict, int]:
     """Trains from the initial step to the last epoch; returns the history and the final step.
 
     A run interrupted mid-epoch first finishes that epoch, then trains the
     remaining ones, so every epoch ends at a multiple of `steps_per_epoch`.
     """
-    config = session.config
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
     clock = state.clock
-    fitter = _Fitter(session, data, state.model, _callbacks(session, state), verbose)
+    fitter = _Fitter(session, config, data.valid_batches, state.model,
+                     _callbacks(session, config, state), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
     if step >= total_steps:
@@ -401,12 +409,14 @@ def _fit(session: _Session, data: _Data, state: _ModelState, verbose) -> tuple[d
         logger.info("%s has already used its time budget of %s (%d steps); evaluating it.",
                     session.run_dir, format_seconds(config.time_budget), step)
     else:
+        pairs = data.train_tokens
         for first_epoch, last_epoch, steps, start_step in _fit_calls(
-                step, steps_per_epoch, config.epochs, may_sample(config, data.train_tokens)):
+                step, steps_per_epoch, config.epochs, sampling.may_sample(config, pairs)):
             if clock.exhausted:
                 break
-            data.train_tokens = training_pairs(session, data, start_step, clock)
-            fitter.fit(first_epoch, last_epoch, steps, start_step)
+            pairs = _training_pairs(session, config, data, pairs, start_step,
+                                    float(clock.seconds.numpy()))
+            fitter.fit(pairs, first_epoch, last_epoch, steps, start_step)
     final_step = optimizer_step(state.model.optimizer)
     if final_step > state.initial_step:
         logger.info("Trained %d steps in %.0f s.", final_step - state.initial_step,
@@ -440,13 +450,13 @@ def _save_model(session: _Session, model, final_step: int) -> str:
     """Logs the weights' fingerprint and saves `model.keras`; returns the fingerprint."""
     fingerprint = weights_fingerprint(model)
     logger.info("Weights after step %d: sha256 %s", final_step, fingerprint)
-    save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
+    rundir.save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
     return fingerprint
 
 
-def _evaluate(session: _Session, data: _Data, model) -> tuple[Evaluation | None, list]:
+def _evaluate(config: RunConfig, data: _Data, model) -> tuple[Evaluation | None, list]:
     """Evaluates on the test split; returns the `Evaluation` and the first examples."""
-    config, test = session.config, data.corpus.test
+    test = data.corpus.test
     if not test:
         logger.warning("The corpus has no test pairs: skipping the evaluation.")
         return None, []
@@ -472,13 +482,13 @@ def _evaluate(session: _Session, data: _Data, model) -> tuple[Evaluation | None,
     return evaluation, examples
 
 
-def _write_metrics(session: _Session, evaluation, final_step: int, fingerprint: str,
-                   train_seconds: float) -> None:
+def _write_metrics(session: _Session, epochs: int, evaluation, final_step: int,
+                   fingerprint: str, train_seconds: float) -> None:
     """Writes `metrics.json`: the test evaluation and facts about the run."""
     metrics = {
         "test": evaluation.to_dict() if evaluation else None,
         "final_step": final_step,
-        "epochs": session.config.epochs,
+        "epochs": epochs,
         # Training and validation over every session of the run (resumes included).
         "train_seconds": round(train_seconds, 1),
         "weights_sha256": fingerprint,
@@ -502,12 +512,11 @@ def _export(run_dir: Path) -> Path | None:
 # --------------------------------------------------------------------------
 
 
-def _tokenizers(session: _Session, corpus: Corpus):
+def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus):
     """The saved tokenizers when resuming, else new ones (saved by the chief)."""
     tokenizers_dir = session.run_dir / rundir.TOKENIZERS_DIR
     if session.resuming and tokenizers_dir.is_dir():
         return load_tokenizers(tokenizers_dir)
-    config = session.config
     tokenizers = build_tokenizers(
         corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer,
         shared=config.shared_vocab, learn_params=config.tokenizer_learn_params,
@@ -520,33 +529,17 @@ def _tokenizers(session: _Session, corpus: Corpus):
     return tokenizers
 
 
-def _sized(config: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
-    """The config with `epochs`, `batch_tokens` and `steps_per_epoch` sized where None:
-    `size_epochs_and_batches` on the pairs' lengths, then the first pass's batches."""
-    lengths = train_tokens.lengths
-    sized = recipes.size_epochs_and_batches(len(lengths), float(lengths.mean()), config)
-    batch_tokens = sized.get("batch_tokens", config.batch_tokens)
-    if config.steps_per_epoch is None:
-        sized["steps_per_epoch"] = batches_per_pass(
-            train_tokens, batch_tokens, batch_size=config.batch_size, seed=config.seed)
-    config = dataclasses.replace(config, **sized)
-    logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
-                f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
-                else f" of {config.batch_size} pairs")
-    return config
-
-
-def _write_config(run_dir: Path, config: RunConfig, data: _Data) -> None:
-    """Writes `config.json`: the settings, the vocabulary sizes, the data's
-    fingerprint and the format version."""
-    record = config.to_dict()
-    record.update(
-        input_vocab_size=data.input_vocab_size,
-        target_vocab_size=data.target_vocab_size,
-        format_version=CONFIG_FORMAT_VERSION,
-    )
-    record[FINGERPRINT_KEY] = data.fingerprint
-    rundir.write_json_atomic(run_dir / rundir.CONFIG_FILE, record)
+def _training_pairs(session: _Session, config: RunConfig, data: _Data,
+                    pairs: TokenizedPairs, start_step: int, seconds: float) -> TokenizedPairs:
+    """The pairs that `fit` reads from `start_step` on, after `seconds` of training:
+    `pairs` (the best split, or already drawn), or once the first epoch is over,
+    as the sampling plan says (decided then, or read from the run directory)."""
+    if not sampling.plan_needed(config, pairs, start_step):
+        return pairs
+    plan, new = sampling.sampling_plan(config, pairs, start_step, seconds, session.run_dir)
+    if new:
+        sampling.record_sampling_plan(session.write_dir, plan)
+    return sampling.drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan)
 
 
 def _sharding_options() -> tf.data.Options:
@@ -556,32 +549,37 @@ def _sharding_options() -> tf.data.Options:
     return options
 
 
-def _train_stream(tokens: TokenizedPairs, config: RunConfig, start_step: int) -> tf.data.Dataset:
-    """One seeded stream of shuffled passes over the training pairs; resuming skips what was seen.
+def _train_stream(tokens: TokenizedPairs, batch_tokens: int, batch_size: int, seed: int,
+                  start_step: int) -> tf.data.Dataset:
+    """One seeded stream of shuffled passes over the training pairs, in batches of
+    at most `batch_tokens` tokens (or with 0, of `batch_size` pairs); resuming
+    skips what was seen.
 
     Pass `p`'s order is a function of `(seed, p)` for both kinds of batches, so
     the stream is the same however often it is built or iterated.
     """
-    if config.batch_tokens:
-        stream = budget_batches_from_tokens(tokens, config.batch_tokens, config.seed)
+    if batch_tokens:
+        stream = budget_batches_from_tokens(tokens, batch_tokens, seed)
     else:
-        stream = fixed_batches_from_tokens(tokens, config.batch_size, config.seed)
+        stream = fixed_batches_from_tokens(tokens, batch_size, seed)
     if start_step:
         stream = stream.skip(start_step)
     return stream.with_options(_sharding_options())
 
 
-def _callbacks(session: _Session, state: _ModelState) -> list[keras.callbacks.Callback]:
+def _callbacks(session: _Session, config: RunConfig,
+               state: _ModelState) -> list[keras.callbacks.Callback]:
     """The callbacks of `fit`, in order: the NaN stop and the clock come before
     the checkpoint saver."""
-    config, run_dir = session.config, session.run_dir
+    run_dir = session.run_dir
     callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), state.clock]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
-        truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
+        rundir.truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
         callbacks.append(keras.callbacks.CSVLogger(str(metrics_csv), append=True))
     callbacks.append(CheckpointSaver(state.checkpoint_manager, config.checkpoint_every,
-                                     functools.partial(record_checkpoint, session.write_dir)))
+                                     functools.partial(rundir.record_checkpoint,
+                                                       session.write_dir)))
     # The progress bar (when shown) finishes its line before the summary.
     callbacks.append(keras.callbacks.ProgbarLogger())
     callbacks.append(EpochSummary(config.epochs, state.clock))
@@ -608,23 +606,27 @@ def _create_metric_variables(model, batches: tf.data.Dataset) -> None:
 class _Fitter:
     """Calls `model.fit` for a range of epochs and gathers the history of the calls."""
 
-    def __init__(self, session: _Session, data: _Data, model, callbacks, verbose):
-        self.session = session
-        self.data = data
+    def __init__(self, session: _Session, config: RunConfig, valid_batches, model, callbacks,
+                 verbose):
+        self.strategy = session.strategy
+        self.batches = (config.batch_tokens, config.batch_size, config.seed)
         self.model = model
+        if verbose == "auto":  # a progress bar on a terminal only
+            verbose = int(hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
         self.fit_args = dict(
-            validation_data=data.valid_batches,
+            validation_data=valid_batches,
             callbacks=callbacks,
-            verbose=_resolve_verbose(verbose) if session.chief else 0,
+            verbose=int(verbose) if session.chief else 0,
         )
         self.history: dict[str, list[float]] = {}
         self._metric_variables_created = False
 
-    def fit(self, first_epoch: int, last_epoch: int, steps: int, start_step: int) -> None:
-        """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps, from `start_step`."""
-        tokens = self.data.train_tokens
-        stream = _train_stream(tokens, self.session.config, start_step)
-        with multi_worker_fit_workaround(self.model, self.session.strategy, tokens):
+    def fit(self, tokens: TokenizedPairs, first_epoch: int, last_epoch: int, steps: int,
+            start_step: int) -> None:
+        """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps over
+        `tokens`' stream, from `start_step`."""
+        stream = _train_stream(tokens, *self.batches, start_step)
+        with multi_worker_fit_workaround(self.model, self.strategy, tokens):
             if not self._metric_variables_created:  # once, even when a resume fits twice
                 _create_metric_variables(self.model, stream)
                 self._metric_variables_created = True
@@ -638,9 +640,3 @@ class _Fitter:
             )
         for key, values in fitted.history.items():
             self.history.setdefault(key, []).extend(float(v) for v in values)
-
-
-def _resolve_verbose(verbose) -> int:
-    if verbose == "auto":
-        return 1 if hasattr(sys.stdout, "isatty") and sys.stdout.isatty() else 0
-    return int(verbose)

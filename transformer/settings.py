@@ -58,8 +58,9 @@ class Option:
             default does not say it: a `str.format` template (its names:
             `transformer.cli.train`'s `default_context`), or a callable that
             returns the text.
-        cli_default: a callable giving the command line's default where it is
-            not the field's (the precision this machine trains best in).
+
+    The default itself is the field's, for the command line and the Python API
+    alike: `train.py` leaves an option not given to it.
     """
 
     help: str
@@ -69,7 +70,6 @@ class Option:
     metavar: str | None = None
     choices: tuple | None = None
     default_help: str | Callable[[], str] | None = None
-    cli_default: Callable[[], Any] | None = None
 
     def __post_init__(self):
         if self.section not in SECTIONS:
