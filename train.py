@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Train a Transformer translator (Vaswani et al., 2017) from the command line.
+"""`python train.py` from a clone: a shim that runs the command line `transformer.cli.train`.
+
+It trains a Transformer translator (Vaswani et al., 2017).
 
 With no arguments it trains the `toy` model on the generated toy
 Portuguese-to-English corpus (offline, a few minutes on a laptop CPU),

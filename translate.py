@@ -1,4 +1,6 @@
-"""The command `translate.py`: translate sentences with a trained run (written by train.py).
+"""`python translate.py` from a clone: a shim that runs the command line `transformer.cli.translate`.
+
+It translates sentences with a trained run (written by train.py).
 
     python translate.py --run runs/toy "o gato preto come o bolo"
     python translate.py --run runs/toy "o gato" "os meninos não dormem" --beam 4

@@ -1,4 +1,4 @@
-"""Training, section 5 of the paper: the learning-rate schedule, the masked loss and accuracy.
+"""The math of training, section 5 of the paper: the learning-rate schedule, masked loss and accuracy.
 
 Section 5.3 of Vaswani et al., 2017 (optimizer and schedule) and section 5.4
 (label smoothing). Loss and accuracy are averaged over non-padding target

@@ -1,4 +1,7 @@
-"""Train a Transformer translator (Vaswani et al., 2017) from the command line.
+"""The `train.py` command line: its flags and their help, one-line errors, the printed result.
+
+It trains a Transformer translator (Vaswani et al., 2017) by calling
+`transformer.run.train`, the run as a library.
 
 With no arguments it trains the `toy` model on the generated toy
 Portuguese-to-English corpus (offline, a few minutes on a laptop CPU),

@@ -1,4 +1,4 @@
-"""`train`: a whole training run, as `train.py` does it, in named stages.
+"""The training run as a library call: `train(config)`, what `train.py` runs, in named stages.
 
 prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers)
 -> resolve (the run's one config, `config.json`) -> model (build, compile,
