@@ -45,10 +45,15 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
 - Decoding: the project trims a source to the model's `max_length` tokens and
   caps an output at `min(max_length, input length + 50)` tokens, `[END]`
   included; `CTranslate2Translator` passes the same limits
-  (`max_input_length`, `max_decoding_length`). CTranslate2 ranks beam
+  (`max_input_length`, `max_decoding_length`), and `min_decoding_length=0`:
+  CTranslate2's default of 1 forbids `[END]` as the first token and
+  renormalizes, so its scores would not be the model's `log P`. CTranslate2 ranks beam
   hypotheses by `log P / length ** length_penalty`, not by the GNMT penalty of
   `transformer.search.length_penalty`; with `length_penalty=0` (and
-  `alpha=0` here) both rank by `log P`.
+  `alpha=0` here) both rank by `log P`. One difference is left: a `[PAD]`
+  among the output tokens so far is masked by the model's decoder and
+  attended by CTranslate2's; trained models do not predict `[PAD]`, which is
+  never a target.
 """
 
 from __future__ import annotations
@@ -107,9 +112,9 @@ def _numpy(variable) -> np.ndarray:
     return np.asarray(tf.convert_to_tensor(variable), dtype=np.float32)
 
 
-def _set_linear(spec, dense, transpose=True):
+def _set_linear(spec, dense):
     """A Keras `Dense` (`kernel` `(in, out)`, `bias`) into a CTranslate2 `LinearSpec`."""
-    spec.weight = _numpy(dense.kernel).T.copy() if transpose else _numpy(dense.kernel)
+    spec.weight = _numpy(dense.kernel).T.copy()
     if dense.use_bias:
         spec.bias = _numpy(dense.bias)
 
@@ -385,7 +390,7 @@ class CTranslate2Translator:
             results = self.translator.translate_batch(
                 [tokens[i] for i in rows], beam_size=beam_size, length_penalty=length_penalty,
                 max_input_length=self.max_input_length, max_decoding_length=limit,
-                **kwargs,
+                **{"min_decoding_length": 0, **kwargs},
             )
             for i, result in zip(rows, results, strict=True):
                 texts[i] = self.target.decode(result.hypotheses[0]) if tokens[i] else ""
