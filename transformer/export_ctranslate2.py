@@ -41,7 +41,10 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
   and their `.vocab` files, or the WordPiece vocabulary files, and writes
   `export.json` naming them. SentencePiece's `encode(..., out_type=str)`
   gives the pieces the project's tokenizer gives (without `[START]` and
-  `[END]`, which CTranslate2 adds).
+  `[END]`, which CTranslate2 adds), except that a run of characters outside
+  the vocabulary stays as it is where the project's shows `[UNK]`;
+  CTranslate2 maps every token outside its vocabulary to `[UNK]`, so the ids
+  are the same.
 - Decoding: the project trims a source to the model's `max_length` tokens and
   caps an output at `min(max_length, input length + 50)` tokens, `[END]`
   included; `CTranslate2Translator` passes the same limits
@@ -109,12 +112,13 @@ def _ctranslate2():
 
 
 def _numpy(variable) -> np.ndarray:
-    return np.asarray(tf.convert_to_tensor(variable), dtype=np.float32)
+    """A float32 copy that CTranslate2 may quantize in place."""
+    return np.array(tf.convert_to_tensor(variable), dtype=np.float32)
 
 
 def _set_linear(spec, dense):
     """A Keras `Dense` (`kernel` `(in, out)`, `bias`) into a CTranslate2 `LinearSpec`."""
-    spec.weight = _numpy(dense.kernel).T.copy()
+    spec.weight = np.ascontiguousarray(_numpy(dense.kernel).T)
     if dense.use_bias:
         spec.bias = _numpy(dense.bias)
 
