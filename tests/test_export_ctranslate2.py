@@ -329,15 +329,21 @@ def test_trained_model_greedy_and_beam_equal_the_reference(export, request, test
     assert (greedy_equal, beam_equal) == (len(sentences), len(sentences))
 
 
-def test_ctranslate2_translator_gives_the_projects_texts(run_export, test_pairs):
+@pytest.mark.parametrize("extra_length", [50, 1])
+def test_ctranslate2_translator_gives_the_projects_texts(run_export, test_pairs, extra_length):
     tokenizers, model, directory = run_export
     sentences = [source for source, _ in test_pairs[:8]] + [""]
-    texts = CTranslate2Translator(directory)(sentences)
+    texts = CTranslate2Translator(directory)(sentences, extra_length=extra_length)
     source_ids = [list(r) for r in tokenizers.source.tokenize(tf.constant(sentences)).to_list()]
+    cut = 0
     for ids, sentence, text in zip(source_ids, sentences, texts, strict=True):
-        output = reference_greedy(model, ids, 128) if sentence else []
+        # Each output's limit: its source tokens (between [START] and [END]) + extra_length.
+        limit = len(ids) - 2 + extra_length
+        output = reference_greedy(model, ids, limit) if sentence else []
+        cut += len(output) == limit and output[-1] != END_ID
         expected = tokenizers.target.detokenize(tf.constant([output or [END_ID]], tf.int64))
         assert text == expected.numpy()[0].decode("utf-8")
+    assert (cut > 0) == (extra_length == 1)
 
 
 def test_int8_export_loads_and_mostly_agrees(run_export, run_dir, test_pairs, tmp_path):

@@ -382,18 +382,24 @@ class CTranslate2Translator:
     def __call__(self, sentences, beam_size=1, length_penalty=0.0,
                  max_length=DEFAULT_MAX_OUTPUT_LENGTH, extra_length=DEFAULT_EXTRA_LENGTH,
                  **kwargs) -> list[str]:
-        """Translates a list of sentences (beam search for `beam_size > 1`); more
-        `ctranslate2.Translator.translate_batch` options may be passed."""
+        """Translates a list of sentences (beam search for `beam_size > 1`).
+
+        `max_length` caps every output and `extra_length` (None for no such
+        limit) each sentence's beyond its number of source tokens, `[END]`
+        included, as in `transformer.decoding.output_limits`. More
+        `ctranslate2.Translator.translate_batch` options may be passed.
+        """
         tokens = self.tokenize(sentences)
         max_length = min(int(max_length), self.max_input_length)
         texts = [""] * len(tokens)
         # One call per output limit, so that each sentence gets its own.
-        limits = [min(max_length, len(row) + 2 + int(extra_length)) for row in tokens]
+        limits = [max_length if extra_length is None
+                  else min(max_length, len(row) + int(extra_length)) for row in tokens]
         for limit in sorted(set(limits)):
             rows = [i for i, row_limit in enumerate(limits) if row_limit == limit]
             results = self.translator.translate_batch(
                 [tokens[i] for i in rows], beam_size=beam_size, length_penalty=length_penalty,
-                max_input_length=self.max_input_length, max_decoding_length=limit,
+                max_input_length=0, max_decoding_length=limit,  # trimmed by `tokenize`
                 **{"min_decoding_length": 0, **kwargs},
             )
             for i, result in zip(rows, results, strict=True):
