@@ -301,6 +301,9 @@ def pre_norm_export(tiny_run, tmp_path_factory):
     assert model.normalize_first and model.tie_embeddings
     directory = export_ctranslate2(model, run_dir, tmp_path_factory.mktemp("y") / "ct2")
     assert (directory / "shared_vocabulary.json").is_file()
+    info = json.loads((directory / EXPORT_INFO_FILE).read_text())
+    assert info["shared_vocabulary"] and info["source_model"] == info["target_model"]
+    assert (directory / info["source_model"]).is_file()
     return tokenizers, model, directory
 
 
@@ -363,3 +366,28 @@ def test_bad_arguments_are_clear_errors(run_export, tmp_path):
         export_ctranslate2(model, tokenizers, tmp_path / "a", quantization="int4")
     with pytest.raises(ValueError, match="already exists; pass force=True"):
         export_ctranslate2(model, tokenizers, directory)
+
+
+def test_wordpiece_tokenizers_are_exported_as_vocabulary_files(test_pairs, tmp_path):
+    from transformer.data.tokenizers import build_tokenizers
+
+    tokenizers = build_tokenizers(test_pairs, vocab_size=200, vocab_dir=tmp_path / "vocab")
+    sizes = [int(t.get_vocab_size()) for t in (tokenizers.source, tokenizers.target)]
+    model = _random_model(False, False, sizes)
+    directory = export_ctranslate2(model, tokenizers, tmp_path / "ct2")
+    info = json.loads((directory / EXPORT_INFO_FILE).read_text())
+    assert info["tokenizer"] == "wordpiece" and not info["shared_vocabulary"]
+    lines = (directory / info["target_vocab"]).read_text(encoding="utf-8").splitlines()
+    assert lines == vocabulary(tokenizers.target)
+    # The project's tokens go through CTranslate2 as they are.
+    sentences = [source for source, _ in test_pairs if len(source.split()) < 8][:2]
+    assert len(sentences) == 2
+    translator = ctranslate2.Translator(str(directory))
+    results = translator.translate_batch(source_tokens(tokenizers.source, sentences),
+                                         max_decoding_length=5, min_decoding_length=0)
+    for sentence, result in zip(sentences, results, strict=True):
+        ids = tokenizers.source.tokenize(tf.constant([sentence])).to_list()[0]
+        expected = _strip_end(reference_greedy(model, ids, 5))
+        assert result.hypotheses[0] == [lines[i] for i in expected]
+    with pytest.raises(ValueError, match="wordpiece tokenizers; CTranslate2Translator needs"):
+        CTranslate2Translator(directory)
