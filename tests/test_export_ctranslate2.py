@@ -1,4 +1,5 @@
-"""Tests of transformer/export_ctranslate2.py: the model run by CTranslate2.
+"""Tests of transformer/export_ctranslate2.py and ctranslate2_translator.py: the model
+run by CTranslate2.
 
 The references are the model's own logits, one full forward pass per step
 (`model((source, prefix))`), with the greedy and beam loops written here, so
@@ -8,6 +9,11 @@ that the tests follow the model and not the project's search code.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -27,9 +33,12 @@ from transformer.constants import (  # noqa: E402
     RESERVED_TOKENS,
     START_ID,
 )
-from transformer.export_ctranslate2 import (  # noqa: E402
+from transformer.ctranslate2_translator import (  # noqa: E402
     EXPORT_INFO_FILE,
     CTranslate2Translator,
+    ctranslate2_module,
+)
+from transformer.export_ctranslate2 import (  # noqa: E402
     ctranslate2_spec,
     export_ctranslate2,
     source_tokens,
@@ -156,6 +165,8 @@ def random_export(request, tmp_path_factory):
     target_vocab = source_vocab if sizes[0] == sizes[1] else _vocab(sizes[1], "t")
     spec = ctranslate2_spec(model, source_vocab, target_vocab)
     spec.optimize("float32")
+    # The tied table is saved once: CTranslate2 aliases the projection to it.
+    assert isinstance(spec.decoder.projection.weight, str) == tie
     directory = tmp_path_factory.mktemp("ct2")
     spec.save(str(directory))
     return model, ctranslate2.Translator(str(directory)), source_vocab, target_vocab, directory
@@ -391,3 +402,33 @@ def test_wordpiece_tokenizers_are_exported_as_vocabulary_files(test_pairs, tmp_p
         assert result.hypotheses[0] == [lines[i] for i in expected]
     with pytest.raises(ValueError, match="wordpiece tokenizers; CTranslate2Translator needs"):
         CTranslate2Translator(directory)
+
+
+FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    from transformer.ctranslate2_translator import CTranslate2Translator
+    texts = CTranslate2Translator(sys.argv[1])(json.loads(sys.argv[2]), beam_size=4)
+    print(json.dumps({"texts": texts, "tensorflow": "tensorflow" in sys.modules}))
+""")
+
+
+def test_translator_runs_without_tensorflow(run_export, test_pairs, tmp_path):
+    _, _, directory = run_export
+    sentences = [source for source, _ in test_pairs[:4]]
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(directory), json.dumps(sentences)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not result["tensorflow"]
+    assert result["texts"] == CTranslate2Translator(directory)(sentences, beam_size=4)
+
+
+def test_without_ctranslate2_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    with pytest.raises(ImportError, match=r"pip install 'ctranslate2>=4.5,<5'"):
+        ctranslate2_module()
+    with pytest.raises(ImportError, match="needs the ctranslate2 package"):
+        ctranslate2_spec(_random_model(False, False, (30, 26)), _vocab(30, "s"), _vocab(26, "t"))

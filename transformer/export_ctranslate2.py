@@ -2,10 +2,10 @@
 
 `export_ctranslate2(model, tokenizers_or_run_dir, output_dir)` writes a
 directory that `ctranslate2.Translator(output_dir)` loads, with the run's
-tokenizer files beside the model, and `CTranslate2Translator(output_dir)`
-translates strings with it using only `ctranslate2` and `sentencepiece` (no
-TensorFlow). The `ctranslate2` package is imported only when one of them is
-called, so the rest of the project works without it.
+tokenizer files beside the model; `transformer.ctranslate2_translator`
+translates strings with it, without TensorFlow. The `ctranslate2` package is
+imported only when a function here is called, and no other module of the
+package imports this one, so the rest of the project works without it.
 
 How the project's model maps onto CTranslate2's `TransformerSpec`:
 
@@ -61,7 +61,6 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -70,21 +69,18 @@ import tensorflow as tf
 
 from transformer import rundir
 from transformer.constants import (
-    DEFAULT_EXTRA_LENGTH,
-    DEFAULT_MAX_OUTPUT_LENGTH,
     END_ID,
     LAYER_NORM_EPSILON,
     RESERVED_TOKENS,
     START_ID,
     UNK_ID,
 )
+from transformer.ctranslate2_translator import EXPORT_INFO_FILE, ctranslate2_module
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
 from transformer.model import TiedOutputProjection
 from transformer.positional import positional_encoding
 
 __all__ = [
-    "CTranslate2Translator",
-    "EXPORT_INFO_FILE",
     "QUANTIZATIONS",
     "ctranslate2_spec",
     "export_ctranslate2",
@@ -92,23 +88,9 @@ __all__ = [
     "vocabulary",
 ]
 
-# The file of the export that names the tokenizer files and the model's limits.
-EXPORT_INFO_FILE = "export.json"
 # CTranslate2's weight types (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`).
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                  "float16", "bfloat16")
-_INSTALL_HINT = "pip install 'ctranslate2>=4.5,<5'"
-
-
-def _ctranslate2():
-    """The `ctranslate2` module, or an ImportError saying how to install it."""
-    try:
-        import ctranslate2
-    except ImportError as err:
-        raise ImportError(
-            f"Exporting to CTranslate2 needs the ctranslate2 package: {_INSTALL_HINT}"
-        ) from err
-    return ctranslate2
 
 
 def _numpy(variable) -> np.ndarray:
@@ -182,7 +164,7 @@ def ctranslate2_spec(model, source_vocabulary, target_vocabulary):
         ValueError: a vocabulary that does not fit the model, or does not
             start with `[PAD] [UNK] [START] [END]`.
     """
-    specs = _ctranslate2().specs
+    specs = ctranslate2_module().specs
     for name, tokens, size in (("source", source_vocabulary, model.input_vocab_size),
                                ("target", target_vocabulary, model.target_vocab_size)):
         _check_vocabulary(name, tokens, size)
@@ -333,75 +315,3 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
     info.update(max_input_length=int(model.max_length), quantization=quantization)
     rundir.write_json_atomic(output_dir / EXPORT_INFO_FILE, info)
     return output_dir
-
-
-class CTranslate2Translator:
-    """Strings in, strings out, with an exported model: `ctranslate2` and
-    `sentencepiece` only, no TensorFlow.
-
-    Sources are trimmed to the model's `max_length` tokens and each output
-    gets at most `min(max_length, input length + extra_length)` tokens,
-    `[END]` included, as the project's `Translator` does.
-
-    Args:
-        model_dir: a directory written by `export_ctranslate2` with
-            SentencePiece tokenizers.
-        device, compute_type, **kwargs: for `ctranslate2.Translator`
-            (e.g. `compute_type="int8"`, `inter_threads`, `intra_threads`).
-
-    Example:
-
-    ```python
-    translator = CTranslate2Translator("runs/x/ctranslate2")
-    translator(["este é um problema que temos que resolver."], beam_size=4)
-    ```
-    """
-
-    def __init__(self, model_dir, device="cpu", compute_type="default", **kwargs):
-        import sentencepiece as spm
-
-        model_dir = Path(model_dir)
-        info = json.loads((model_dir / EXPORT_INFO_FILE).read_text(encoding="utf-8"))
-        if info["tokenizer"] != "sentencepiece":
-            raise ValueError(
-                f"{str(model_dir)!r} was exported with {info['tokenizer']} tokenizers; "
-                "CTranslate2Translator needs SentencePiece (translate the tokens of "
-                "source_tokens() with ctranslate2.Translator instead)."
-            )
-        self.source = spm.SentencePieceProcessor(model_file=str(model_dir / info["source_model"]))
-        self.target = spm.SentencePieceProcessor(model_file=str(model_dir / info["target_model"]))
-        self.max_input_length = int(info["max_input_length"])
-        self.translator = _ctranslate2().Translator(
-            str(model_dir), device=device, compute_type=compute_type, **kwargs)
-
-    def tokenize(self, sentences) -> list[list[str]]:
-        """The source pieces of each sentence (no `[START]`/`[END]`), trimmed to fit."""
-        rows = self.source.encode(list(sentences), out_type=str)
-        return [row[: self.max_input_length - 2] for row in rows]
-
-    def __call__(self, sentences, beam_size=1, length_penalty=0.0,
-                 max_length=DEFAULT_MAX_OUTPUT_LENGTH, extra_length=DEFAULT_EXTRA_LENGTH,
-                 **kwargs) -> list[str]:
-        """Translates a list of sentences (beam search for `beam_size > 1`).
-
-        `max_length` caps every output and `extra_length` (None for no such
-        limit) each sentence's beyond its number of source tokens, `[END]`
-        included, as in `transformer.decoding.output_limits`. More
-        `ctranslate2.Translator.translate_batch` options may be passed.
-        """
-        tokens = self.tokenize(sentences)
-        max_length = min(int(max_length), self.max_input_length)
-        texts = [""] * len(tokens)
-        # One call per output limit, so that each sentence gets its own.
-        limits = [max_length if extra_length is None
-                  else min(max_length, len(row) + int(extra_length)) for row in tokens]
-        for limit in sorted(set(limits)):
-            rows = [i for i, row_limit in enumerate(limits) if row_limit == limit]
-            results = self.translator.translate_batch(
-                [tokens[i] for i in rows], beam_size=beam_size, length_penalty=length_penalty,
-                max_input_length=0, max_decoding_length=limit,  # trimmed by `tokenize`
-                **{"min_decoding_length": 0, **kwargs},
-            )
-            for i, result in zip(rows, results, strict=True):
-                texts[i] = self.target.decode(result.hypotheses[0]) if tokens[i] else ""
-        return texts
