@@ -254,6 +254,30 @@ def test_positional_table_is_the_projects_not_ctranslate2s(random_export):
     assert not np.allclose(ours, theirs, atol=1e-3), (normalize_first, tie)
 
 
+def test_layer_norm_epsilon_is_the_projects(tmp_path):
+    # Embeddings and positional encodings scaled down until the layer norms'
+    # inputs vary about as much as epsilon: then epsilon shows in every score.
+    model = _random_model(False, False, (30, 26))
+    for stack in (model.encoder, model.decoder):
+        stack.pos_embedding.pos_encoding = stack.pos_embedding.pos_encoding * 1e-3
+        table = stack.pos_embedding.embedding.embeddings
+        table.assign(table * 1e-3)
+    source, target = [5, 6, 7, 8], [4, 9, 10]
+    expected = _teacher_forced_log_probs(model, [START_ID, *source, END_ID], [*target, END_ID])
+    scores = {}
+    for epsilon in (LAYER_NORM_EPSILON, None):  # None: CTranslate2's default, 1e-5
+        spec = ctranslate2_spec(model, _vocab(30, "s"), _vocab(26, "t"))
+        assert spec.config.layer_norm_epsilon == LAYER_NORM_EPSILON
+        spec.config.layer_norm_epsilon = epsilon
+        spec.optimize("float32")
+        (tmp_path / str(epsilon)).mkdir()
+        spec.save(str(tmp_path / str(epsilon)))
+        scores[epsilon] = ctranslate2.Translator(str(tmp_path / str(epsilon))).score_batch(
+            [_tokens(_vocab(30, "s"), source)], [_tokens(_vocab(26, "t"), target)])[0].log_probs
+    np.testing.assert_allclose(scores[LAYER_NORM_EPSILON], expected, atol=1e-4)
+    assert np.abs(np.array(scores[None]) - expected).max() > 0.1
+
+
 def test_bad_vocabularies_are_clear_errors():
     model = _random_model(False, False, (30, 26))
     with pytest.raises(ValueError, match="target vocabulary of 30 tokens"):

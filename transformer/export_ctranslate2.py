@@ -78,7 +78,6 @@ from transformer.constants import (
 from transformer.ctranslate2_translator import EXPORT_INFO_FILE, ctranslate2_module
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
 from transformer.model import TiedOutputProjection
-from transformer.positional import positional_encoding
 
 __all__ = [
     "QUANTIZATIONS",
@@ -143,7 +142,8 @@ def _set_inputs(spec, stack, embeddings_spec):
     """Embedding table, sqrt(d_model) scaling, the interleaved sinusoid and the final norm."""
     embeddings_spec.weight = _numpy(stack.pos_embedding.embedding.embeddings)
     spec.scale_embeddings = True
-    spec.position_encodings.encodings = positional_encoding(stack.max_length, stack.d_model)
+    # The layer's own table: `positional_encoding(max_length, d_model)`.
+    spec.position_encodings.encodings = np.array(stack.pos_embedding.pos_encoding, np.float32)
     if stack.final_layernorm is not None:
         _set_layer_norm(spec.layer_norm, stack.final_layernorm)
 
