@@ -38,6 +38,7 @@ from transformer.ctranslate2_translator import (  # noqa: E402
     CTranslate2Translator,
     ctranslate2_module,
 )
+from transformer.decoding import load_run  # noqa: E402
 from transformer.export_ctranslate2 import (  # noqa: E402
     ctranslate2_spec,
     export_ctranslate2,
@@ -45,7 +46,6 @@ from transformer.export_ctranslate2 import (  # noqa: E402
     vocabulary,
 )
 from transformer.model import Transformer  # noqa: E402
-from transformer.pipeline import load_run  # noqa: E402
 
 BEAM = 4
 
@@ -406,7 +406,8 @@ def test_bad_arguments_are_clear_errors(run_export, tmp_path):
 def test_wordpiece_tokenizers_are_exported_as_vocabulary_files(test_pairs, tmp_path):
     from transformer.data.tokenizers import build_tokenizers
 
-    tokenizers = build_tokenizers(test_pairs, vocab_size=200, vocab_dir=tmp_path / "vocab")
+    tokenizers = build_tokenizers(test_pairs, vocab_size=200, vocab_dir=tmp_path / "vocab",
+                                  kind="wordpiece")
     sizes = [int(t.get_vocab_size()) for t in (tokenizers.source, tokenizers.target)]
     model = _random_model(False, False, sizes)
     directory = export_ctranslate2(model, tokenizers, tmp_path / "ct2")
