@@ -7,12 +7,17 @@ on it. These tests use tiny random models of two layers with `max_length`
 64 and searches of more steps than the fixture ever makes.
 """
 
+import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from translate_helpers import TARGET_VOCAB, random_model, random_sources
 
 from transformer.constants import END_ID, PAD_ID, START_ID
+from transformer.data.batching import TokenizedPairs
 from transformer.decoding import cached_greedy_decode, naive_greedy_decode
+from transformer.run.checkpoints import average_last_checkpoints
+from transformer.run.trainer import _train_stream
 from transformer.search import sample_search
 
 LONG = 44  # past the fixture's max_length of 32
@@ -61,3 +66,50 @@ def test_sampling_draws_afresh_at_every_step():
     tokens = tokens.numpy()
     assert tokens.shape == (rows, steps)
     assert all(len(set(row)) >= 8 for row in tokens), tokens
+
+
+# --- runs longer than the fixture's ------------------------------------------------
+
+
+def _pairs(count, seed=0):
+    """`count` random tokenized pairs of 3 to 12 tokens a side."""
+    rng = np.random.default_rng(seed)
+
+    def side():
+        return tf.ragged.constant([[START_ID, *rng.integers(4, 30, rng.integers(1, 11)), END_ID]
+                                   for _ in range(count)], tf.int32)
+
+    return TokenizedPairs(side(), side(), max_tokens=16)
+
+
+@pytest.mark.parametrize("batch_tokens", [0, 40])
+def test_a_resumed_stream_is_the_whole_stream_past_the_steps_done(batch_tokens):
+    """Resuming at step 230 (many passes into the stream, more steps than the
+    fixture's runs make) reads exactly the batches the uninterrupted run reads."""
+    tokens = _pairs(20)
+
+    def contexts(stream, count):
+        return [context.numpy().tolist() for (context, _), _ in stream.take(count)]
+
+    whole = contexts(_train_stream(tokens, batch_tokens, 4, 7, 0), 233)
+    assert contexts(_train_stream(tokens, batch_tokens, 4, 7, 230), 3) == whole[230:]
+
+
+def test_checkpoint_averaging_is_the_mean_of_the_last_of_more_kept(tmp_path):
+    """The last `count` of six kept checkpoints, and all six when `count` is
+    larger, against NumPy's mean of the saved weights."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    checkpoint = tf.train.Checkpoint(model=model)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=6)
+    rng = np.random.default_rng(0)
+    saved = []
+    for step in range(1, 7):
+        model.set_weights([rng.normal(size=w.shape).astype(np.float32)
+                           for w in model.get_weights()])
+        saved.append(model.get_weights())
+        manager.save(checkpoint_number=step)
+    for count, expected in ((3, saved[-3:]), (10, saved)):
+        assert average_last_checkpoints(checkpoint, manager, count) == len(expected)
+        for got, *weights in zip(model.get_weights(), *expected, strict=True):
+            np.testing.assert_allclose(got, np.mean(weights, axis=0), rtol=1e-6, atol=1e-6)
+    assert average_last_checkpoints(checkpoint, manager, 1) == 0
