@@ -7,18 +7,25 @@ on it. These tests use tiny random models of two layers with `max_length`
 64 and searches of more steps than the fixture ever makes.
 """
 
+import dataclasses
+import json
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import TARGET_VOCAB, random_model, random_sources
+from translate_helpers import TARGET_VOCAB, copy_run, random_model, random_sources
 
-from transformer.constants import END_ID, PAD_ID, START_ID
+from transformer.constants import DEFAULT_ALPHA, END_ID, PAD_ID, START_ID
 from transformer.data.batching import TokenizedPairs
 from transformer.decoding import cached_greedy_decode, naive_greedy_decode
+from transformer.model import build_model
 from transformer.run.checkpoints import average_last_checkpoints
 from transformer.run.trainer import _train_stream
+from transformer.rundir import CONFIG_FILE
 from transformer.search import sample_search
+from transformer.strategies import Beam, run_strategy
+from transformer.translate import Translator
 
 LONG = 44  # past the fixture's max_length of 32
 
@@ -113,3 +120,32 @@ def test_checkpoint_averaging_is_the_mean_of_the_last_of_more_kept(tmp_path):
         for got, *weights in zip(model.get_weights(), *expected, strict=True):
             np.testing.assert_allclose(got, np.mean(weights, axis=0), rtol=1e-6, atol=1e-6)
     assert average_last_checkpoints(checkpoint, manager, 1) == 0
+
+
+# --- a model and a run unlike the fixture's ----------------------------------------
+
+
+def test_a_model_of_max_length_64_reads_sources_past_32_tokens(tiny_run, translator):
+    """Sources are trimmed to the model's own `max_length`, not the fixture's 32."""
+    keras.utils.set_random_seed(0)
+    config = dataclasses.replace(tiny_run.config.model, max_length=64)
+    model = build_model(config, translator.transformer.input_vocab_size,
+                        translator.transformer.target_vocab_size)
+    sentence = " ".join(["o gato preto come o bolo"] * 12)  # more than 64 tokens
+    result = Translator(translator.tokenizers, model)(sentence, max_length=3,
+                                                      return_attention=False)
+    assert len(result.input_tokens) == 64 and result.input_tokens[-1] == "[END]"
+
+
+def test_from_run_decodes_with_the_beam_the_run_was_evaluated_with(run_dir, tmp_path,
+                                                                  test_pairs):
+    copy = copy_run(run_dir, tmp_path / "run")
+    config = json.loads((copy / CONFIG_FILE).read_text(encoding="utf-8"))
+    assert config["eval_beam_size"] == 1  # the fixture's: greedy
+    config["eval_beam_size"] = 3
+    (copy / CONFIG_FILE).write_text(json.dumps(config), encoding="utf-8")
+    assert run_strategy(copy) == Beam(size=3, alpha=DEFAULT_ALPHA)
+    translator = Translator.from_run(copy)
+    assert translator.search == Beam(size=3, alpha=DEFAULT_ALPHA)
+    source = test_pairs[0][0]
+    assert translator(source).score == translator(source, search=Beam(3)).score
