@@ -149,3 +149,19 @@ def test_from_run_decodes_with_the_beam_the_run_was_evaluated_with(run_dir, tmp_
     assert translator.search == Beam(size=3, alpha=DEFAULT_ALPHA)
     source = test_pairs[0][0]
     assert translator(source).score == translator(source, search=Beam(3)).score
+
+
+def test_an_output_that_never_ends_stops_at_its_input_length_plus_50(tiny_run, translator):
+    """Section 6.1's limit of input length + 50 output tokens, which the
+    fixture's `max_length` of 32 always cuts first."""
+    keras.utils.set_random_seed(0)
+    config = dataclasses.replace(tiny_run.config.model, max_length=128)
+    model = build_model(config, translator.transformer.input_vocab_size,
+                        translator.transformer.target_vocab_size)
+    bias = model.final_layer.bias.numpy()
+    bias[END_ID] = -1e4  # [END] never wins
+    model.final_layer.bias.assign(bias)
+    results = Translator(translator.tokenizers, model)(
+        ["o gato", "o gato preto come o bolo"], return_attention=False)
+    for result in results:
+        assert len(result.token_ids) == len(result.input_tokens) - 2 + 50
