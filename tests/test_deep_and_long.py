@@ -17,7 +17,7 @@ import tensorflow as tf
 from translate_helpers import TARGET_VOCAB, copy_run, random_model, random_sources
 
 from transformer.constants import DEFAULT_ALPHA, END_ID, PAD_ID, START_ID
-from transformer.data.batching import TokenizedPairs
+from transformer.data.batching import TokenizedPairs, token_budget_batches
 from transformer.decoding import cached_greedy_decode, naive_greedy_decode
 from transformer.model import build_model
 from transformer.run.checkpoints import average_last_checkpoints
@@ -165,3 +165,16 @@ def test_an_output_that_never_ends_stops_at_its_input_length_plus_50(tiny_run, t
         ["o gato", "o gato preto come o bolo"], return_attention=False)
     for result in results:
         assert len(result.token_ids) == len(result.input_tokens) - 2 + 50
+
+
+def test_a_pass_of_token_budget_batches_is_not_ordered_by_length():
+    """Batches are cut from pairs sorted by length, then shuffled: a pass does
+    not run from the short sentences to the long ones (which a run of a
+    fraction of a pass, like the fixture's, would not notice)."""
+    lengths = np.random.default_rng(0).integers(3, 50, 2000)
+    for pass_index in range(3):
+        batches = token_budget_batches(lengths, 400, seed=1, pass_index=pass_index)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(2000))
+        longest = [lengths[batch].max() for batch in batches]
+        assert len(longest) > 50
+        assert abs(np.corrcoef(np.arange(len(longest)), longest)[0, 1]) < 0.3, pass_index
