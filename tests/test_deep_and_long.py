@@ -24,7 +24,7 @@ from transformer.run.checkpoints import average_last_checkpoints
 from transformer.run.trainer import _train_stream
 from transformer.rundir import CONFIG_FILE
 from transformer.search import sample_search
-from transformer.strategies import Beam, run_strategy
+from transformer.strategies import Beam, Greedy, evaluation_strategy, run_strategy
 from transformer.translate import Translator
 
 LONG = 44  # past the fixture's max_length of 32
@@ -178,3 +178,13 @@ def test_a_pass_of_token_budget_batches_is_not_ordered_by_length():
         longest = [lengths[batch].max() for batch in batches]
         assert len(longest) > 50
         assert abs(np.corrcoef(np.arange(len(longest)), longest)[0, 1]) < 0.3, pass_index
+
+
+
+
+def test_every_beam_wider_than_one_is_a_beam_search():
+    """How a run is evaluated and `Translator.from_run` decodes: a beam of 1 is
+    greedy search; 2, the narrowest beam the fixtures do not use, is a beam."""
+    assert evaluation_strategy(1) == Greedy()
+    for size in range(2, 9):
+        assert evaluation_strategy(size) == Beam(size=size, alpha=DEFAULT_ALPHA)
