@@ -12,7 +12,7 @@ import tensorflow as tf
 from translate_helpers import copy_run
 
 from transformer import Transformer
-from transformer.strategies import Beam, Sample
+from transformer.strategies import Beam, Greedy, Sample
 from transformer.translate import Translator, export_translator
 
 RELOAD_SCRIPT = textwrap.dedent("""
@@ -124,6 +124,16 @@ def test_the_export_trims_and_samples_as_the_translator_does(translator, test_pa
 
     assert texts(exported(tf.constant(sentences))) == [
         r.text for r in small(sentences, search=Beam(3), return_attention=False)]
+    # `translate(sentences, max_length, beam_size, alpha)`: a beam of 1 is greedy
+    # search, every wider beam is that beam.
+    pairs = [source for source, _ in test_pairs[:12]]
+    by_beam = {}
+    for beam in (1, 2, 5):
+        by_beam[beam] = [r.text for r in small(
+            pairs, search=Beam(beam, 0.6) if beam > 1 else Greedy(), return_attention=False)]
+        assert texts(exported.translate(tf.constant(pairs), tf.constant(12), tf.constant(beam),
+                                        tf.constant(0.6))) == by_beam[beam], beam
+    assert by_beam[1] != by_beam[2] != by_beam[5]  # so the comparisons can fail
     samples = []
     for seed in (1, 2):
         sampled = texts(exported.sample(tf.constant(sentences), tf.constant(12),
