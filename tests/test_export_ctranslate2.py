@@ -38,6 +38,7 @@ from transformer.ctranslate2_translator import (  # noqa: E402
     CTranslate2Translator,
     ctranslate2_module,
 )
+from transformer.decoding import load_run  # noqa: E402
 from transformer.export_ctranslate2 import (  # noqa: E402
     ctranslate2_spec,
     export_ctranslate2,
@@ -45,7 +46,6 @@ from transformer.export_ctranslate2 import (  # noqa: E402
     vocabulary,
 )
 from transformer.model import Transformer  # noqa: E402
-from transformer.pipeline import load_run  # noqa: E402
 
 BEAM = 4
 
@@ -452,7 +452,8 @@ def test_translator_runs_without_tensorflow(run_export, test_pairs, tmp_path):
 
 def test_without_ctranslate2_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
-    with pytest.raises(ImportError, match=r"pip install 'ctranslate2>=4.5,<5'"):
+    with pytest.raises(ImportError, match=r"pip install 'transformer-tutorial\[ctranslate2\]' "
+                                          r"\(or 'ctranslate2>=4.5,<5'\)"):
         ctranslate2_module()
     with pytest.raises(ImportError, match="needs the ctranslate2 package"):
         ctranslate2_spec(_random_model(False, False, (30, 26)), _vocab(30, "s"), _vocab(26, "t"))
