@@ -20,7 +20,7 @@ TensorFlow's loop), BLEU (sacrebleu, 13a, lower-cased, as
 bench/real_text_scoring.py), and the share of translations equal to the
 float32 TensorFlow engine's (the reference: `tf-float32`, or `tf` for a
 float32 run) with the same search, and how far the scores of the equal ones
-are apart. Results: `bench/results/decode_engines[_NAME].json` and a table on
+are apart. Results: `bench/results/decode_engines_<name>.json` (`--name`) and a table on
 standard output naming the CPU.
 
 Commands (a run written by train.py, and its test split):
