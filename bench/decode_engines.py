@@ -95,9 +95,14 @@ def tensorflow_engine(run, variant, threads):
     return translate, model.dtype_policy.name
 
 
-def ctranslate2_engine(run, variant, threads):
-    """`(translate, precision)` of a CTranslate2 variant (`ct2-float32`, `ct2-int8`)."""
+def ctranslate2_engine(run, variant, threads, patience=None):
+    """`(translate, precision)` of a CTranslate2 variant (`ct2-float32`, `ct2-int8`);
+    `patience` replaces the beam's `BEAM_PATIENCE`."""
+    from transformer import ctranslate2_translator
     from transformer.ctranslate2_translator import CTranslate2Translator, run_export_dir
+
+    if patience is not None:
+        ctranslate2_translator.BEAM_PATIENCE = patience
 
     quantization = variant.split("-", 1)[1]
     translator = CTranslate2Translator(run_export_dir(run, quantization),
@@ -113,8 +118,11 @@ def ctranslate2_engine(run, variant, threads):
 def worker(args):
     """Times one engine; prints one JSON object on the last line of standard output."""
     sources, _ = read_pairs(args.test, args.limit)
-    make = tensorflow_engine if args.worker.startswith("tf") else ctranslate2_engine
-    translate, precision = make(args.run, args.worker, args.threads)
+    if args.worker.startswith("tf"):
+        translate, precision = tensorflow_engine(args.run, args.worker, args.threads)
+    else:
+        translate, precision = ctranslate2_engine(args.run, args.worker, args.threads,
+                                                  args.patience)
     translate(sources[:1], Greedy())
     record = {"variant": args.worker, "threads": args.threads, "precision": precision,
               "startup_s": round(time.time() - args.spawned, 2), "searches": {}}
@@ -150,6 +158,8 @@ def run_worker(args, variant, threads):
                "--searches", *args.searches]
     if args.limit:
         command += ["--limit", str(args.limit)]
+    if args.patience is not None:
+        command += ["--patience", str(args.patience)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode:
@@ -220,6 +230,7 @@ def driver(args):
             results.append(run_worker(args, variant, threads))
     record = {"run": str(args.run), "test": str(args.test), "sentences": len(sources),
               "saved_precision": saved, "reference": reference, "machine": machine(),
+              "patience": args.patience,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": " ".join(sys.argv), "rows": compare(results, references, reference),
               "outputs": results}
@@ -241,6 +252,8 @@ def main(argv=None) -> int:
     parser.add_argument("--searches", nargs="+", choices=list(SEARCHES), default=list(SEARCHES))
     parser.add_argument("--variants", nargs="+", default=None,
                         help="only these of tf, tf-float32, ct2-float32, ct2-int8")
+    parser.add_argument("--patience", type=float, default=None,
+                        help="CTranslate2's beam patience (default: the engine's BEAM_PATIENCE)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, default=None, help=argparse.SUPPRESS)
