@@ -186,6 +186,10 @@ def compare(results, references, reference_variant):
                      if a == b]
             gaps = [abs(out["scores"][i] - ref["scores"][i]) for i in equal
                     if abs(ref["scores"][i]) != float("inf")]
+            as_translate_py = next((r["searches"][name] for r in results if r["variant"] == "tf"
+                                    and r["threads"] == record["threads"]), ref)
+            same = sum(a == b for a, b in zip(out["texts"], as_translate_py["texts"],
+                                              strict=True))
             rows.append({
                 "variant": record["variant"], "precision": record["precision"],
                 "cores": record["threads"], "search": name,
@@ -194,6 +198,7 @@ def compare(results, references, reference_variant):
                 "bleu_lc_13a": bleu(out["texts"], references),
                 "agreement": round(len(equal) / len(out["texts"]), 4),
                 "agreeing": len(equal),
+                "agreement_with_tf": round(same / len(out["texts"]), 4),
                 "score_gap_max": round(max(gaps), 5) if gaps else None,
                 "score_gap_median": round(statistics.median(gaps), 6) if gaps else None,
             })
@@ -206,12 +211,13 @@ def print_table(record):
           f"{record['machine']['cpu_model']} ({record['machine']['cpu_count']} cores); "
           f"agreement: translations equal to {record['reference']}'s")
     print("| engine | precision | cores | search | sentences/s | start-up s | BLEU | agreement "
-          "| score gap (max) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| with tf | score gap (max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['variant']} | {row['precision']} | {row['cores']} | {row['search']} | "
               f"{row['sentences_per_s']:.1f} | {row['startup_s']:.1f} | {row['bleu_lc_13a']:.2f} "
-              f"| {100 * row['agreement']:.1f}% ({row['agreeing']}) | {row['score_gap_max']} |")
+              f"| {100 * row['agreement']:.1f}% ({row['agreeing']}) "
+              f"| {100 * row['agreement_with_tf']:.1f}% | {row['score_gap_max']} |")
 
 
 def driver(args):
@@ -242,10 +248,20 @@ def driver(args):
     print(f"\nwritten: {path.relative_to(ROOT)}")
 
 
+def table(path):
+    """Prints the table of a results file again (its rows recomputed from its outputs)."""
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    _, references = read_pairs(record["test"], record["sentences"])
+    record["rows"] = compare(record["outputs"], references, record["reference"])
+    print_table(record)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", required=True, type=Path, help="a run directory (train.py)")
-    parser.add_argument("--test", required=True, type=Path, help="the test split, a TSV file")
+    parser.add_argument("--run", type=Path, help="a run directory (train.py)")
+    parser.add_argument("--test", type=Path, help="the test split, a TSV file")
+    parser.add_argument("--table", type=Path, default=None,
+                        help="print the table of this results file again, and nothing else")
     parser.add_argument("--name", default="", help="suffix of the results file")
     parser.add_argument("--limit", type=int, default=None, help="the first N test pairs only")
     parser.add_argument("--cores", type=int, nargs="+", choices=sorted(CORES), default=[1, 2])
@@ -258,7 +274,11 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
+    if args.table:
+        table(args.table)
+    elif not (args.run and args.test):
+        parser.error("--run and --test are required")
+    elif args.worker:
         worker(args)
     else:
         driver(args)

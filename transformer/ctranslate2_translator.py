@@ -85,6 +85,7 @@ __all__ = [
     "gnmt_length_penalty",
     "run_export_dir",
     "run_export_is_current",
+    "usable_cores",
     "write_run_export",
 ]
 
@@ -119,6 +120,14 @@ def ctranslate2_module():
             f"Running or exporting to CTranslate2 needs the ctranslate2 package: {_INSTALL_HINT}"
         ) from err
     return ctranslate2
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (`taskset` included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform (macOS)
+        return os.cpu_count() or 1
 
 
 def gnmt_length_penalty(length, alpha) -> float:
@@ -230,6 +239,9 @@ class CTranslate2Translator:
             SentencePiece tokenizers.
         device, compute_type, **kwargs: for `ctranslate2.Translator`
             (e.g. `compute_type="int8"`, `inter_threads`, `intra_threads`).
+            `intra_threads` defaults to the cores this process may run on
+            (`usable_cores`), not CTranslate2's 4: more OpenMP threads than
+            cores wait on each other and decode many times slower.
 
     Example:
 
@@ -254,6 +266,8 @@ class CTranslate2Translator:
         self.source = spm.SentencePieceProcessor(model_file=str(model_dir / info["source_model"]))
         self.target = spm.SentencePieceProcessor(model_file=str(model_dir / info["target_model"]))
         self.max_input_length = int(info["max_input_length"])
+        if device == "cpu":
+            kwargs.setdefault("intra_threads", usable_cores())
         self.translator = ctranslate2_module().Translator(
             str(model_dir), device=device, compute_type=compute_type, **kwargs)
 
