@@ -406,7 +406,8 @@ def test_bad_arguments_are_clear_errors(run_export, tmp_path):
 def test_wordpiece_tokenizers_are_exported_as_vocabulary_files(test_pairs, tmp_path):
     from transformer.data.tokenizers import build_tokenizers
 
-    tokenizers = build_tokenizers(test_pairs, vocab_size=200, vocab_dir=tmp_path / "vocab")
+    tokenizers = build_tokenizers(test_pairs, vocab_size=200, vocab_dir=tmp_path / "vocab",
+                                  kind="wordpiece")
     sizes = [int(t.get_vocab_size()) for t in (tokenizers.source, tokenizers.target)]
     model = _random_model(False, False, sizes)
     directory = export_ctranslate2(model, tokenizers, tmp_path / "ct2")
