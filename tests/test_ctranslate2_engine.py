@@ -284,3 +284,20 @@ def test_the_readmes_serving_snippet_runs_with_ctranslate2_and_sentencepiece_onl
     sentence = "o gato preto come o bolo"
     assert text == CTranslate2Translator(int8)([sentence], beam_size=4, length_penalty=1.0,
                                                min_decoding_length=1)[0]
+
+
+def test_detokenize_keeps_the_spaces_the_projects_tokenizer_keeps(run_copy):
+    import tensorflow as tf
+
+    from transformer.data.tokenizers import load_tokenizers
+
+    target = load_tokenizers(run_copy / "tokenizers").target
+    translator = CTranslate2Translator(export_cli.ctranslate2_model(run_copy))
+    vocabulary = [translator.target.id_to_piece(i)
+                  for i in range(translator.target.get_piece_size())]
+    words = [piece for piece in vocabulary if piece.startswith("\u2581") and len(piece) > 2][:3]
+    assert "\u2581" in vocabulary and len(words) == 3
+    for pieces in (["\u2581", *words], ["\u2581", "\u2581", *words], words, ["\u2581"]):
+        ids = [translator.target.piece_to_id(p) for p in pieces]
+        expected = target.detokenize(tf.constant([ids], tf.int64)).numpy()[0].decode("utf-8")
+        assert translator.detokenize(pieces) == expected, pieces

@@ -109,6 +109,7 @@ BEAM_PATIENCE = 1.5
 _SOURCE_KEY = "run_model_file"
 
 _START, _END, _UNK = RESERVED_TOKENS[START_ID], RESERVED_TOKENS[END_ID], RESERVED_TOKENS[UNK_ID]
+_SPACE = "\u2581"  # SentencePiece's space, "▁"
 
 
 def ctranslate2_module():
@@ -306,8 +307,20 @@ class CTranslate2Translator:
                 **{"min_decoding_length": 0, **kwargs},
             )
             for i, result in zip(rows, results, strict=True):
-                texts[i] = self.target.decode(result.hypotheses[0]) if tokens[i] else ""
+                texts[i] = self.detokenize(result.hypotheses[0]) if tokens[i] else ""
         return texts
+
+    def detokenize(self, pieces) -> str:
+        """The text of output pieces, as the project's tokenizer writes it.
+
+        SentencePiece's decoder drops every space before the first character;
+        the project's (`tensorflow_text`) drops only the one that starts the
+        first piece, so an output that starts with a piece `▁` keeps a space.
+        """
+        text = self.target.decode(list(pieces))
+        joined = "".join(pieces)
+        spaces = len(joined) - len(joined.lstrip(_SPACE)) - 1
+        return " " * spaces + text if spaces > 0 and not text.startswith(" ") else text
 
     def translate(self, sentences, search=Greedy(),  # noqa: B008 - a frozen object
                   max_length=DEFAULT_MAX_OUTPUT_LENGTH, extra_length=DEFAULT_EXTRA_LENGTH,
@@ -386,7 +399,7 @@ class CTranslate2Translator:
             log_prob = score * len(pieces) ** penalty  # CTranslate2's score is log P / |Y| ** lp
             body = pieces[:-1] if pieces and pieces[-1] == _END else pieces
             hypotheses.append(Hypothesis(
-                text=self.target.decode(body), tokens=[_START, *pieces],
+                text=self.detokenize(body), tokens=[_START, *pieces],
                 input_tokens=input_tokens,
                 score=log_prob / gnmt_length_penalty(len(pieces), alpha), log_prob=log_prob))
         hypotheses.sort(key=lambda h: -h.score)  # stable: CTranslate2's order among ties
