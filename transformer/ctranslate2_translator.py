@@ -99,9 +99,9 @@ CLI_QUANTIZATIONS = ("float32", "int8")
 # CTranslate2's beam stops once round(beam size * BEAM_PATIENCE) hypotheses
 # have finished (see the module docstring). With 1 it stops before the
 # project's search in a few sentences, which then differ; from 1.5 on, the
-# beam-4 translations of the real-text runs measured are the project's but
-# for a near tie or so (BENCHMARKS.md, "Decoding engines"), and larger values
-# cost time.
+# beam-4 translations of the runs measured are the project's but for about
+# one sentence in a thousand (BENCHMARKS.md, "Decoding engines"), and larger
+# values cost time.
 BEAM_PATIENCE = 1.5
 
 # What `export.json` of a run's own export records of the model file it was
