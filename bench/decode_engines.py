@@ -205,6 +205,35 @@ def compare(results, references, reference_variant):
     return rows
 
 
+SAME = "as on 1 core"  # texts and scores stored once when the thread counts agree
+
+
+def _one_core_twin(outputs, record):
+    return next((o for o in outputs if o["variant"] == record["variant"] and o["threads"] == 1
+                 and o is not record), None)
+
+
+def compact(outputs):
+    """The outputs without the texts and scores a run on 1 core already holds."""
+    for record in outputs:
+        twin = _one_core_twin(outputs, record)
+        for name, out in record["searches"].items():
+            if twin and name in twin["searches"] and all(
+                    out[key] == twin["searches"][name][key] for key in ("texts", "scores")):
+                out["texts"] = out["scores"] = SAME
+    return outputs
+
+
+def expand(outputs):
+    """`compact` undone."""
+    for record in outputs:
+        for name, out in record["searches"].items():
+            if out["texts"] == SAME:
+                twin = _one_core_twin(outputs, record)["searches"][name]
+                out["texts"], out["scores"] = twin["texts"], twin["scores"]
+    return outputs
+
+
 def print_table(record):
     rows = record["rows"]
     print(f"\n{record['run']} on {record['sentences']} test sentences; "
@@ -239,11 +268,11 @@ def driver(args):
               "patience": args.patience,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": " ".join(sys.argv), "rows": compare(results, references, reference),
-              "outputs": results}
+              "outputs": compact(results)}
     name = f"decode_engines_{args.name}.json" if args.name else "decode_engines.json"
     path = ROOT / "bench" / "results" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False), encoding="utf-8")
+    path.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
     print_table(record)
     print(f"\nwritten: {path.relative_to(ROOT)}")
 
@@ -252,7 +281,7 @@ def table(path):
     """Prints the table of a results file again (its rows recomputed from its outputs)."""
     record = json.loads(Path(path).read_text(encoding="utf-8"))
     _, references = read_pairs(record["test"], record["sentences"])
-    record["rows"] = compare(record["outputs"], references, record["reference"])
+    record["rows"] = compare(expand(record["outputs"]), references, record["reference"])
     print_table(record)
 
 
