@@ -453,7 +453,8 @@ def test_translator_runs_without_tensorflow(run_export, test_pairs, tmp_path):
 
 def test_without_ctranslate2_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
-    with pytest.raises(ImportError, match=r"pip install 'ctranslate2>=4.5,<5'"):
+    with pytest.raises(ImportError, match=r"pip install 'transformer-tutorial\[ctranslate2\]' "
+                                          r"\(or 'ctranslate2>=4.5,<5'\)"):
         ctranslate2_module()
     with pytest.raises(ImportError, match="needs the ctranslate2 package"):
         ctranslate2_spec(_random_model(False, False, (30, 26)), _vocab(30, "s"), _vocab(26, "t"))

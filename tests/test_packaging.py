@@ -1,7 +1,7 @@
 """The package installs, outside the checkout, with working console scripts.
 
 `pip install --no-deps --no-build-isolation --target` of a copy of the
-project (so the build leaves nothing in the checkout), then the two console
+project (so the build leaves nothing in the checkout), then the console
 scripts run from another directory with only the installed copy on the path.
 """
 
@@ -69,6 +69,7 @@ def test_installed_packages_include_the_subpackages(site):
 @pytest.mark.parametrize("script, usage", [
     ("transformer-train", "usage: train.py"),
     ("transformer-translate", "usage: translate.py"),
+    ("transformer-export", "usage: transformer-export"),
 ])
 def test_console_script_help_from_another_directory(site, tmp_path, script, usage):
     path = site / "bin" / script

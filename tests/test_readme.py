@@ -8,7 +8,7 @@ substitutions:
 - every `python train.py` gets tiny settings and its own `--output-dir`
   appended (later options win), and the data files the README names
   (`train.tsv`, `valid.tsv`, `test.tsv`) are small toy corpora;
-- `transformer-train` and `transformer-translate` run their entry points
+- `transformer-train`, `transformer-translate` and `transformer-export` run their entry points
   (`transformer.cli.*:main`) with this checkout's Python, installed or not.
 
 Skip rule: a command is skipped when it needs the network or another machine
@@ -41,6 +41,7 @@ TINY_TRAIN = ("--num-layers 1 --d-model 16 --num-heads 2 --dff 32 --epochs 1 "
 ENTRY_POINTS = {
     "transformer-train": "transformer.cli.train",
     "transformer-translate": "transformer.cli.translate",
+    "transformer-export": "transformer.cli.export",
 }
 
 
@@ -88,7 +89,8 @@ def _sentences_given(command: str) -> int | None:
         elif word.startswith("--"):
             skip_next = word in ("--run", "--beam", "--plot", "--layer", "--alpha",
                                  "--max-length", "--n-best", "--top-k", "--top-p",
-                                 "--temperature", "--seed", "--html")
+                                 "--temperature", "--seed", "--html", "--engine",
+                                 "--quantization")
         else:
             sentences.append(word)
     return len(sentences) * n_best  # --n-best N prints N lines per sentence
@@ -125,7 +127,7 @@ def test_readme_command_runs(index, command, workspace, tiny_run):
                           text=True, timeout=900)
     assert done.returncode == 0, f"{command}\n{prepared}\n{done.stdout[-2000:]}\n" \
                                  f"{done.stderr[-2000:]}"
-    if "translate" in command and "--help" not in command:
+    if re.search(r"translate\.py|transformer-translate", command) and "--help" not in command:
         lines = [line for line in done.stdout.splitlines() if not line.startswith("  ")]
         assert len(lines) == _sentences_given(_without_comment(command)), done.stdout
         assert all(line.strip() for line in lines), done.stdout

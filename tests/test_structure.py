@@ -251,6 +251,7 @@ def test_console_scripts_point_at_modules_with_main():
     assert scripts == {
         "transformer-train": "transformer.cli.train:main",
         "transformer-translate": "transformer.cli.translate:main",
+        "transformer-export": "transformer.cli.export:main",
     }
     modules = _modules()
     for target in scripts.values():

@@ -4,8 +4,11 @@
 directory that `ctranslate2.Translator(output_dir)` loads, with the run's
 tokenizer files beside the model; `transformer.ctranslate2_translator`
 translates strings with it, without TensorFlow. The `ctranslate2` package is
-imported only when a function here is called, and no other module of the
-package imports this one, so the rest of the project works without it.
+imported only when a function here is called, and only the command lines
+import this module (`transformer.cli.export`, when asked to convert), so the
+rest of the project works without it. `export_run(run_dir)` exports a run
+directory; `transformer-export RUN` and `translate.py --engine ctranslate2`
+use it.
 
 How the project's model maps onto CTranslate2's `TransformerSpec`:
 
@@ -75,14 +78,20 @@ from transformer.constants import (
     START_ID,
     UNK_ID,
 )
-from transformer.ctranslate2_translator import EXPORT_INFO_FILE, ctranslate2_module
+from transformer.ctranslate2_translator import (
+    EXPORT_INFO_FILE,
+    ctranslate2_module,
+    write_run_export,
+)
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
+from transformer.decoding import load_run
 from transformer.model import TiedOutputProjection
 
 __all__ = [
     "QUANTIZATIONS",
     "ctranslate2_spec",
     "export_ctranslate2",
+    "export_run",
     "source_tokens",
     "vocabulary",
 ]
@@ -315,3 +324,30 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
     info.update(max_input_length=int(model.max_length), quantization=quantization)
     rundir.write_json_atomic(output_dir / EXPORT_INFO_FILE, info)
     return output_dir
+
+
+def export_run(run_dir, output_dir=None, quantization="float32", force=False) -> Path:
+    """Exports a run directory written by train.py (its `model.keras` and tokenizers).
+
+    Args:
+        run_dir: the run directory.
+        output_dir: where to write; by default the run's own export,
+            `transformer.ctranslate2_translator.run_export_dir(run_dir,
+            quantization)`, which is replaced atomically (`write_run_export`)
+            and which `translate.py --engine ctranslate2` reuses while the
+            model file is unchanged.
+        quantization, force: as `export_ctranslate2` (`force` applies to an
+            `output_dir` given).
+
+    Returns:
+        The directory written, as a Path.
+
+    Raises:
+        transformer.rundir.RunDirError: a missing or incomplete run directory.
+    """
+    tokenizers, model = load_run(run_dir)
+    if output_dir is None:
+        return write_run_export(run_dir, quantization, lambda directory: export_ctranslate2(
+            model, tokenizers, directory, quantization=quantization))
+    return export_ctranslate2(model, tokenizers, output_dir, quantization=quantization,
+                              force=force)

@@ -11,6 +11,14 @@ object in `search_strategy`.
     python translate.py --run runs/toy "o gato preto come o bolo" --html explorer.html
     python translate.py --run runs/toy "o gato preto" --n-best 3
     python translate.py --run runs/toy "o gato preto" --top-p 0.9 --seed 1
+    python translate.py --run runs/toy "o gato preto" --engine ctranslate2 --quantization int8
+
+With `--engine ctranslate2` the run is converted once to a CTranslate2 model
+directory inside it (`RUN/ctranslate2-float32/`, or `-int8`; converted again
+when its model.keras changes, see `transformer.cli.export`) and translated by
+CTranslate2 (`transformer.ctranslate2_translator`), with the same search
+options and scores; TensorFlow starts only to convert. The attention plots
+need the TensorFlow engine.
 
 Sentences come from the arguments or, without any, from standard input (one
 per line, UTF-8); either way they are sorted by length and translated in
@@ -43,7 +51,12 @@ from transformer.cli.common import (
     probability,
     report_error,
 )
-from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE
+from transformer.cli.export import ctranslate2_model  # no TensorFlow until it converts
+from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_OUTPUT_LENGTH
+from transformer.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
+    CLI_QUANTIZATIONS,
+    CTranslate2Translator,
+)
 from transformer.plot import (  # matplotlib only, no TensorFlow
     attention_axes,
     attention_explorer_html,
@@ -56,6 +69,7 @@ _SCORE_HELP = ("the score is the log-probability the search ranks by: log P(Y|X)
                "penalty lp(Y) = ((5 + |Y|) / 6) ** alpha for beam search")
 
 PROG = "translate.py"
+ENGINES = ("tensorflow", "ctranslate2")
 
 
 def parse_args(argv=None):
@@ -87,6 +101,14 @@ def parse_args(argv=None):
                         help="write an interactive attention explorer (every layer and head of "
                              "the three kinds of attention) as one self-contained page; with "
                              "several sentences, FILE_1.html, FILE_2.html, ...")
+    parser.add_argument("--engine", choices=ENGINES, default="tensorflow",
+                        help="tensorflow: the model in TensorFlow (default); ctranslate2: "
+                             "the run converted once to a CTranslate2 model directory inside "
+                             "it and translated by CTranslate2, the same search and scores "
+                             "(needs the ctranslate2 package; no --plot or --html)")
+    parser.add_argument("--quantization", choices=CLI_QUANTIZATIONS, default=None,
+                        help="with --engine ctranslate2: the weights' type (default float32; "
+                             "int8 is faster on CPUs, its translations differ a little)")
     parser.add_argument("--show-tokens", action="store_true",
                         help="also print the source and output subword tokens")
     parser.add_argument("--verbose", action="store_true",
@@ -95,6 +117,13 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.layer is not None and args.plot is None:
         parser.error("--layer chooses what --plot draws; add --plot FILE.png")
+    if args.quantization is not None and args.engine != "ctranslate2":
+        parser.error("--quantization is for --engine ctranslate2")
+    if args.engine == "ctranslate2":
+        for option, value in (("--plot", args.plot), ("--html", args.html)):
+            if value is not None:
+                parser.error(f"{option} shows the attention weights of the TensorFlow engine; "
+                             "drop --engine ctranslate2")
     try:
         search_strategy(args)  # the options' combination, checked before any file is read
     except ValueError as err:
@@ -259,6 +288,27 @@ def _read_sentences(args):
     return sentences
 
 
+def _ctranslate2_results(args, sentences):
+    """`--engine ctranslate2`: the run's CTranslate2 export (converted once), translated."""
+    model_dir = ctranslate2_model(args.run, args.quantization or "float32")
+    translator = CTranslate2Translator(model_dir)
+    return translator.translate(
+        list(sentences), search=search_strategy(args, args.run),
+        max_length=DEFAULT_MAX_OUTPUT_LENGTH if args.max_length is None else args.max_length)
+
+
+def _print_results(args, results):
+    """One line per translation (N per sentence with --n-best N), with --scores and tokens."""
+    hypotheses = results if args.n_best > 1 else [[result] for result in results]
+    scores = args.scores or args.n_best > 1
+    for result in itertools.chain.from_iterable(hypotheses):
+        print(f"{result.text}\t{result.score:.4f}" if scores else result.text)
+        if args.show_tokens:
+            print("  source tokens:", " ".join(result.input_tokens))
+            print("  output tokens:", " ".join(result.tokens))
+    sys.stdout.flush()
+
+
 def run(args):
     sentences = _read_sentences(args)
     if args.plot is not None and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
@@ -266,6 +316,9 @@ def run(args):
     if args.html is not None and Path(args.html).suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--html {args.html}: expected a .html file name.")
     if not sentences:
+        return 0
+    if args.engine == "ctranslate2":
+        _print_results(args, _ctranslate2_results(args, sentences))
         return 0
 
     from transformer.translate import Translator
@@ -288,17 +341,9 @@ def run(args):
         list(sentences), max_length=args.max_length,
         return_attention=args.plot is not None or args.html is not None, search=search,
     )
+    _print_results(args, results)
     if args.n_best > 1:  # the best of each sentence is what gets plotted
-        hypotheses, results = results, [best[0] for best in results]
-    else:
-        hypotheses = [[result] for result in results]
-    scores = args.scores or args.n_best > 1
-    for result in itertools.chain.from_iterable(hypotheses):
-        print(f"{result.text}\t{result.score:.4f}" if scores else result.text)
-        if args.show_tokens:
-            print("  source tokens:", " ".join(result.input_tokens))
-            print("  output tokens:", " ".join(result.tokens))
-    sys.stdout.flush()
+        results = [best[0] for best in results]
 
     if args.plot is not None:
         for result, path in zip(results, _plot_paths(args.plot, len(results)), strict=True):
