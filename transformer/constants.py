@@ -29,7 +29,7 @@ DEFAULT_MAX_OUTPUT_LENGTH = 128
 
 # Sentences a `Translator` decodes together (sorted by length first): small
 # enough that a batch of short sentences stops early, large enough to keep the
-# CPU's matrix kernels busy (BENCHMARKS.md, "Translating a test set").
+# CPU's matrix kernels busy (BENCHMARKS.md, "Decoding engines and speed").
 TRANSLATE_BATCH_SIZE = 128
 
 # The paper's beam search (section 6.1): "beam search with a beam size of 4
@@ -45,7 +45,7 @@ DEFAULT_EXTRA_LENGTH = 50
 # has not ended there (mostly outputs that repeat themselves) are decoded
 # again, together, up to their full limit, instead of keeping a whole batch
 # decoding for one of them. The results are those of one pass (BENCHMARKS.md,
-# "Translating a test set").
+# "Decoding engines and speed").
 TRANSLATE_FIRST_PASS_EXTRA = 10
 
 # `learning_rate` of a run that uses the paper's schedule, whose peak follows

@@ -5,7 +5,7 @@ paper's `LayerNorm(x + Dropout(sublayer(x)))` with epsilon 1e-6, or, with
 `normalize_first=True`, pre-norm: `x + Dropout(sublayer(LayerNorm(x)))`
 (Xiong et al., 2020, "On Layer Normalization in the Transformer
 Architecture"), which learns faster in short runs on real text
-(BENCHMARKS.md, "Real text: pre-norm").
+(BENCHMARKS.md, "Tried and not adopted").
 """
 
 from __future__ import annotations

@@ -290,8 +290,7 @@ class TiedOutputProjection(keras.layers.Layer):
         table = tf.cast(self._embedding.embeddings, self.compute_dtype)  # (vocab, d_model)
         # One 2-D product over all positions: on a 3-D `x`, `tf.matmul` runs a
         # broadcast batch product, which without oneDNN (CPUs without AVX-512)
-        # took several times as long (BENCHMARKS.md, "Faster steps: the tied
-        # output projection and fused Adam").
+        # took several times as long (BENCHMARKS.md, "Training speed").
         rows = tf.reshape(x, [-1, tf.shape(x)[-1]])  # (positions, d_model)
         logits = tf.matmul(rows, table, transpose_b=True)  # (positions, vocab)
         logits = tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.units]], axis=0))

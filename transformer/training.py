@@ -155,7 +155,7 @@ def token_losses(label, pred, label_smoothing):
 # run pays once per distinct padded target length: on batches of many shapes
 # (token-budget batches of real text) the compilations cost more than the
 # fused loops save, and `MaskedLoss(jit_compile=False)` uses TensorFlow's
-# kernels instead (BENCHMARKS.md, "Real text: one vocabulary, tied embeddings").
+# kernels instead (BENCHMARKS.md, "Training speed").
 _xla_token_losses = tf.function(token_losses, jit_compile=True, reduce_retracing=True)
 
 

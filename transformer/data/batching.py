@@ -430,7 +430,7 @@ def budget_batches_from_tokens(
     width` pairs with all-padding rows, which the masked loss and accuracy
     ignore. A corpus then has a few batch shapes instead of hundreds, and
     TensorFlow's kernels on the CPU run faster on shapes they have seen
-    (BENCHMARKS.md, "Training speed on real text").
+    (BENCHMARKS.md, "Tried and not adopted").
 
     Args:
         tokenized: the output of `tokenize_pairs`.

@@ -12,8 +12,8 @@ TensorFlow's subword tokenizer tutorial) counts words with BERT's basic
 tokenizer and then runs `wordpiece_tokenizer_learner_lib.learn`: a binary
 search over a frequency threshold, where every step runs a few iterations of
 "count every candidate subword, keep those at or above the threshold". In pure
-Python that is slow on a real corpus (timings in BENCHMARKS.md, "Data:
-vocabularies and the input pipeline").
+Python that is slow on a real corpus (timings in BENCHMARKS.md, "Data and
+tokenizers").
 
 `learn_wordpiece_vocab` runs the same algorithm and returns the same
 vocabulary (the tests compare it with tensorflow_text's on real and random

@@ -15,7 +15,7 @@ allocators serve them, and both hand freed blocks back to the kernel by default:
   threshold; raising both thresholds keeps the memory.
 
 Otherwise every step pays page faults on zeroed pages, and much of the step's
-CPU time goes to the kernel (BENCHMARKS.md, "Training speed on real text").
+CPU time goes to the kernel (BENCHMARKS.md, "Training speed").
 `use_fast_allocators` does both; it is the one entry point of `train.py` and
 of `transformer.run.train`. Standard library only: importing it does not
 import TensorFlow.

@@ -46,8 +46,7 @@ class FusedAdam(keras.optimizers.Adam):
     makes one pass with the same formula (the bias-corrected rate
     `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`, epsilon added to `sqrt(v)`).
     On the small batches of a CPU run the optimizer is a large share of the
-    step (BENCHMARKS.md, "Faster steps: the tied output projection and fused
-    Adam"). Sparse gradients (an untied embedding's), AMSGrad and
+    step (BENCHMARKS.md, "Training speed"). Sparse gradients (an untied embedding's), AMSGrad and
     distribution strategies take Keras' own update; the variables and the
     saved state are Keras' Adam's.
     """

@@ -103,7 +103,7 @@ CORPUS_MODEL_DEFAULTS = {
 # Sizing a real corpus's run: enough passes to see about TARGET_PAIRS_SEEN
 # sentence pairs, between MIN_EPOCHS and MAX_EPOCHS. The target was lowered when
 # pre-norm layers made each step dearer, so that a run takes about as long as
-# before (BENCHMARKS.md, "Real text: pre-norm").
+# before (the git history of BENCHMARKS.md, "Real text: pre-norm").
 TARGET_PAIRS_SEEN = 180_000
 MIN_EPOCHS, MAX_EPOCHS = 2, 20
 

@@ -1,7 +1,7 @@
 """When a run trains on random subword segmentations (`--subword-sampling`).
 
 Subword regularisation pays only once a run overfits its pairs; in runs that
-underfit it lowered BLEU (BENCHMARKS.md, "Subword regularisation"). So the
+underfit it lowered BLEU (BENCHMARKS.md, "Tried and not adopted"). So the
 first epoch always reads the pairs' best split, and at its end the run
 decides once, from the passes it is on course to make, whether the later
 passes read drawn segmentations (`recipes.samples_subwords`): its epochs, or

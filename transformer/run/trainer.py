@@ -360,7 +360,7 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
         model.compile(
             optimizer=optimizer,
             # Token-budget batches have a new shape every few steps, and the XLA
-            # loss compiles for each (BENCHMARKS.md, "Real text: one vocabulary").
+            # loss compiles for each (BENCHMARKS.md, "Training speed").
             loss=MaskedLoss(config.label_smoothing, jit_compile=not config.batch_tokens),
             metrics=[masked_accuracy],
             jit_compile=config.jit_compile,
