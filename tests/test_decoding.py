@@ -386,11 +386,14 @@ def test_cached_greedy_equals_naive_loop_on_random_models(seed, end_bias, max_le
                 assert (row[end:] == PAD_ID).all()
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed):
+@pytest.mark.parametrize("seed, decoder_layers", [(0, None), (1, None), (2, 1), (3, 3)])
+def test_cached_decoding_of_a_pre_norm_model_equals_the_naive_loop(seed, decoder_layers):
     """The cache holds the projections of the normalized inputs, and the
-    decoder's closing layer norm runs on the newest position too."""
-    model = random_model(seed, end_bias=1.5, normalize_first=True)
+    decoder's closing layer norm runs on the newest position too; a decoder
+    shallower or deeper than the encoder caches one entry per layer of its own."""
+    model = random_model(seed, end_bias=1.5, normalize_first=True,
+                         num_decoder_layers=decoder_layers)
+    assert len(model.decoder.dec_layers) == (decoder_layers or 2)
     sources = random_sources(seed, LENGTHS)
     naive = naive_greedy_decode(model, sources, 12).numpy()
     assert len(np.unique(naive)) >= 3

@@ -118,10 +118,11 @@ def _strip_end(ids):
 
 # --- Random models: every layout, exact numbers -------------------------------------------
 
-def _random_model(normalize_first, tie, vocab_sizes, seed=0):
+def _random_model(normalize_first, tie, vocab_sizes, seed=0, decoder_layers=None):
     keras.utils.set_random_seed(seed)
     model = Transformer(2, 16, 2, 32, *vocab_sizes, max_length=24, dropout_rate=0.0,
-                        tie_embeddings=tie, normalize_first=normalize_first)
+                        tie_embeddings=tie, normalize_first=normalize_first,
+                        num_decoder_layers=decoder_layers)
     model((tf.constant([[START_ID, 5, END_ID]]), tf.constant([[START_ID]])))
     # Sharper distributions than the initial ones, so that no two tokens tie.
     for variable in model.final_layer.weights or model.encoder.pos_embedding.weights:
@@ -153,14 +154,16 @@ LAYOUTS = {
     "pre-norm, shared, tied": (True, True, (30, 30)),
     "pre-norm, separate": (True, False, (27, 31)),
     "pre-norm, shared, untied": (True, False, (30, 30)),
+    # A deeper encoder than decoder: 2 encoder layers, 1 decoder layer.
+    "pre-norm, shared, tied, 1 decoder layer": (True, True, (30, 30), 1),
 }
 SOURCES = [[5, 6, 7], [9, 4, 11, 12, 8, 20], [25], [7, 7, 7, 7]]
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS), ids=list(LAYOUTS))
 def random_export(request, tmp_path_factory):
-    normalize_first, tie, sizes = LAYOUTS[request.param]
-    model = _random_model(normalize_first, tie, sizes)
+    normalize_first, tie, sizes, *decoder_layers = LAYOUTS[request.param]
+    model = _random_model(normalize_first, tie, sizes, decoder_layers=next(iter(decoder_layers), None))
     source_vocab = _vocab(sizes[0], "s")
     target_vocab = source_vocab if sizes[0] == sizes[1] else _vocab(sizes[1], "t")
     spec = ctranslate2_spec(model, source_vocab, target_vocab)

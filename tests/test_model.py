@@ -125,6 +125,32 @@ def test_transformer_config_round_trip():
     assert clone.get_config() == model.get_config()
 
 
+def test_a_deep_encoder_and_a_shallow_decoder_save_load_and_read_old_configs(tmp_path):
+    """`num_decoder_layers` sets the decoder's depth apart from the encoder's;
+    a config written before it existed builds the same depth for both."""
+    keras.utils.set_random_seed(6)
+    model = _tiny(num_layers=3, num_decoder_layers=1)
+    assert (len(model.encoder.enc_layers), len(model.decoder.dec_layers)) == (3, 1)
+    expected = model((CONTEXT, TARGET)).numpy()
+    attention = model((CONTEXT, TARGET), return_attention_weights=True)[1]
+    assert sorted(attention) == ["decoder_layer1_block1", "decoder_layer1_block2",
+                                 "encoder_layer1", "encoder_layer2", "encoder_layer3"]
+    path = tmp_path / "deep_shallow.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.num_decoder_layers == 1
+    np.testing.assert_array_equal(loaded((CONTEXT, TARGET)).numpy(), expected)
+    old = model.get_config()
+    del old["num_decoder_layers"]
+    assert len(Transformer.from_config(old).decoder.dec_layers) == 3
+    config = TransformerConfig(num_layers=3, num_decoder_layers=1, d_model=16, num_heads=4,
+                               dff=32)
+    assert build_model(config, 30, 25).num_decoder_layers == config.decoder_layers == 1
+    assert TransformerConfig(num_layers=3).decoder_layers == 3
+    with pytest.raises(ValueError, match="num_decoder_layers"):
+        TransformerConfig(num_decoder_layers=0)
+
+
 def _decoder_steps(decoder):
     cache, outputs = decoder.initial_cache(SOURCE_STATES), []
     for t in range(TARGET_LEN):
@@ -236,13 +262,14 @@ def test_config_to_json_round_trip():
                                dropout_rate=0.25, max_length=17)
     text = config.to_json()
     data = json.loads(text)
-    assert data == {"num_layers": 3, "d_model": 24, "num_heads": 6, "dff": 40,
-                    "dropout_rate": 0.25, "max_length": 17, "tie_embeddings": False,
-                    "normalize_first": False}
+    assert data == {"num_layers": 3, "num_decoder_layers": None, "d_model": 24,
+                    "num_heads": 6, "dff": 40, "dropout_rate": 0.25, "max_length": 17,
+                    "tie_embeddings": False, "normalize_first": False}
     assert list(data) == sorted(data)  # written with sorted keys
     assert TransformerConfig.from_dict(data) == config
-    # A config.json written before `normalize_first` existed is a post-norm model.
-    del data["normalize_first"]
+    # A config.json written before `normalize_first` existed is a post-norm model,
+    # one written before `num_decoder_layers` has a decoder as deep as its encoder.
+    del data["normalize_first"], data["num_decoder_layers"]
     assert TransformerConfig.from_dict(data) == config
     for preset in PRESETS.values():
         assert TransformerConfig.from_dict(json.loads(preset.to_json())) == preset

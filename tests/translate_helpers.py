@@ -21,7 +21,7 @@ TARGET_VOCAB = 50
 
 
 def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=64,
-                 tie_embeddings=False, normalize_first=False):
+                 tie_embeddings=False, normalize_first=False, num_decoder_layers=None):
     """A tiny Transformer with random weights whose greedy outputs vary.
 
     Keras's default initialisation makes a small random decoder repeat one
@@ -32,7 +32,8 @@ def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=
     a batch stop at different steps. With `tie_embeddings` the source
     vocabulary is the target's (one table for both embeddings and the
     logits, which then have no bias: `end_bias` must be 0). With
-    `normalize_first`, pre-norm layers.
+    `normalize_first`, pre-norm layers; `num_decoder_layers`, a decoder of
+    another depth than the encoder's 2 layers.
     """
     keras.utils.set_random_seed(seed)
     model = Transformer(
@@ -40,6 +41,7 @@ def random_model(seed, end_bias=0.0, target_vocab_size=TARGET_VOCAB, max_length=
         input_vocab_size=target_vocab_size if tie_embeddings else SOURCE_VOCAB,
         target_vocab_size=target_vocab_size, max_length=max_length, dropout_rate=0.1,
         tie_embeddings=tie_embeddings, normalize_first=normalize_first,
+        num_decoder_layers=num_decoder_layers,
     )
     model.build(((None, None), (None, None)))
     rng = np.random.default_rng(seed)

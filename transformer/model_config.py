@@ -32,6 +32,12 @@ class TransformerConfig:
 
     num_layers: int = setting(4, "encoder and decoder layers, N (section 3.1)",
                               section="model", kind="positive_int", metavar="N")
+    # A deep encoder with a shallow decoder (Kasai et al., 2021, "Deep Encoder,
+    # Shallow Decoder"): the decoder is the dearer half of a training step and
+    # the whole of every decoding step.
+    num_decoder_layers: int | None = setting(
+        None, "decoder layers", section="model", kind="positive_int",
+        metavar="N", default_help="--num-layers")
     d_model: int = setting(128, "width of the embeddings and of every sublayer's output",
                            section="model", kind="positive_int", metavar="N")
     num_heads: int = setting(8, "attention heads, h (section 3.2.2); must divide d_model",
@@ -56,6 +62,8 @@ class TransformerConfig:
     def __post_init__(self):
         for name in ("num_layers", "d_model", "num_heads", "dff", "max_length"):
             check_positive_int(name, getattr(self, name))
+        if self.num_decoder_layers is not None:
+            check_positive_int("num_decoder_layers", self.num_decoder_layers)
         check_rate("dropout_rate", self.dropout_rate)
         check_heads_divide(self.d_model, self.num_heads)
 
@@ -69,6 +77,11 @@ class TransformerConfig:
             )
         overrides = {key: value for key, value in overrides.items() if value is not None}
         return dataclasses.replace(PRESETS[name], **overrides)
+
+    @property
+    def decoder_layers(self) -> int:
+        """The decoder's layers: `num_decoder_layers`, or `num_layers` when None."""
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
