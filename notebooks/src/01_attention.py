@@ -17,18 +17,15 @@
 # 7. the three uses of attention in the model (§3.2.3), on a small trained model;
 # 8. two exercises, with answers.
 #
-# Section numbers are those of the paper (arXiv v5).
-#
-# Each concept comes in the same order: the paper's sentence, the equation, the
-# code (which only calls the library), then a figure. Every statement about a
-# result is printed by the code from that result, or checked by an `assert`.
-# The notebook runs offline on a CPU. Notebook 02 trains the toy
-# Portuguese-to-English translator; if its run exists, this notebook reuses it,
-# otherwise it trains it here.
+# Each concept comes in the same order: the paper's sentence (section numbers
+# of arXiv v5), the equation, the code (which only calls the library), then a
+# figure. Every statement about a result is printed by the code from that
+# result, or checked by an `assert`. The notebook runs offline on a CPU.
 
 # %%
 import os
 import sys
+import timeit
 from collections import Counter
 from pathlib import Path
 
@@ -136,21 +133,17 @@ plot_attention_head(
 # %% [markdown]
 # ## A small trained model to look at
 #
-# The rest of the notebook looks at real embeddings and real attention heads, so
-# it needs a trained model: the toy Portuguese-to-English translator of
-# notebook 02, trained on the generated toy corpus. The next cell reuses the run
-# that notebook 02 writes, or trains it here with the same settings.
+# The rest of the notebook looks at real embeddings and attention heads: those
+# of notebook 02's toy Portuguese-to-English translator. The next cell loads the
+# run notebook 02 writes, or trains it here with the same settings.
 
 # %%
 if not (RUN_DIR / "model.keras").is_file():
     # The settings of notebook 02: `python train.py`'s toy run (four passes over the
     # corpus, 1,250 updates), in float32; QUICK trains 30 steps only.
-    if QUICK:
-        config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
-                           eval_batch_size=256, precision="float32")
-    else:
-        config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=125, precision="float32")
-    train(config, resume=RUN_DIR.exists(), verbose=0)
+    steps = (dict(epochs=2, steps_per_epoch=15, warmup_steps=20, eval_batch_size=256) if QUICK
+             else dict(epochs=10, steps_per_epoch=125))
+    train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps), resume=RUN_DIR.exists(), verbose=0)
 translator = Translator.from_run(RUN_DIR)
 model = translator.transformer  # a transformer.Transformer
 print(f"{RUN_DIR.name}: {model.num_layers} layers, d_model={model.d_model}, "
@@ -192,10 +185,9 @@ plot_attention_head(source_tokens, source_tokens, self_weights[0],
 
 # %% [markdown]
 # Without learned projections a token's score with itself, $\|x_i\|^2 / \sqrt{d_{model}}$,
-# competes with its scores with the other tokens; the line above counts the
-# tokens for which it wins. To look for something other than itself, a token
-# needs the *different* learned matrices $W^Q$, $W^K$, $W^V$ with which the
-# model's attention layers first project $X$ (section 6 below).
+# competes with its scores with the others; the line above counts the tokens
+# for which it wins. To look for something else, a token needs the *different*
+# learned projections $W^Q$, $W^K$, $W^V$ of the model's layers (section 6).
 #
 # Self-attention by itself has no notion of order: permuting the tokens only
 # permutes the output. What tells the two "o"s apart is the positional encoding
@@ -311,13 +303,11 @@ plot_dot_product_variance()
 # \text{dot-product: } e_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}}$$
 #
 # For $n$ queries, $m$ keys and hidden width $d_a = d_k$, both cost
-# $O(n\,m\,d_k)$ multiply-adds, but additive attention must build an
-# $n \times m \times d_a$ tensor of `tanh` inputs, where dot-product attention
-# is one matrix product with an $n \times m$ result. Both timed on this CPU:
+# $O(n\,m\,d_k)$ multiply-adds, but additive attention builds an
+# $n \times m \times d_a$ tensor of `tanh` inputs, dot-product attention one
+# matrix product with an $n \times m$ result. Both timed on this CPU:
 
 # %%
-import timeit
-
 n = m = 256
 d_k = d_a = 64
 rng = np.random.default_rng(0)
@@ -379,22 +369,18 @@ plot_masks(
 # ### The pitfall: `keras.layers.MultiHeadAttention` uses the opposite convention
 #
 # Keras's `attention_mask` holds 1 (True) where attention **is** allowed. Passing
-# one of our masks to it unconverted raises no error. The fix is `1 - mask`
-# (`to_keras_attention_mask`).
-#
-# The demonstration: our `MultiHeadAttention` and Keras's, with the same weights
-# (`copy_weights_to_keras`), on a random sequence of 5 positions with the
-# look-ahead mask. Row $i$ of the weights should put nothing on columns $j > i$.
-# The `assert`s check what the printed lines say.
+# it one of our masks unconverted raises no error; the fix is `1 - mask`
+# (`to_keras_attention_mask`). Below, our `MultiHeadAttention` and Keras's with
+# the same weights (`copy_weights_to_keras`), on 5 random positions with the
+# look-ahead mask: row $i$ should put nothing on columns $j > i$. The `assert`s
+# check what the printed lines say.
 
 # %%
 keras.utils.set_random_seed(1)
-ours = MultiHeadAttention(d_model=16, num_heads=2)
-theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
+ours, theirs = MultiHeadAttention(d_model=16, num_heads=2), keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
 x = tf.random.normal((1, 5, 16))  # (batch, seq_len, d_model)
 ours(x, x, x)  # builds the layer
 copy_weights_to_keras(ours, theirs)
-
 look_ahead = create_look_ahead_mask(5)  # (5, 5), 1 = not allowed
 out_ours, w_ours = ours(x, x, x, mask=look_ahead)  # (1, 5, 16), (1, 2, 5, 5)
 out_keras, w_right = theirs(x, x, attention_mask=to_keras_attention_mask(look_ahead)[tf.newaxis],
@@ -408,11 +394,9 @@ for name, weight in on_future.items():
     print(f"{name:>24}: weight on future positions per row, head 1 = {weight[0]}")
 agreement = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in ((out_ours, out_keras), (w_ours, w_right)))
 print(f"ours against Keras with 1 - mask, same weights: outputs and weights differ by at most {agreement:.1e}")
-unconverted = w_wrong[0].numpy()  # (heads, 5, 5)
-assert on_future["ours, mask"].max() < 1e-6 and on_future["Keras, 1 - mask"].max() < 1e-6
+assert on_future["ours, mask"].max() < 1e-6 and on_future["Keras, 1 - mask"].max() < 1e-6 and agreement < 1e-5
 assert np.allclose(on_future["Keras, mask unconverted"][:, :-1], 1, atol=1e-6)  # all weight on the future
-assert np.abs(unconverted[:, -1]).max() < 1e-6  # and the last row, with no future, gets none
-assert agreement < 1e-5
+assert np.abs(w_wrong[0, :, -1].numpy()).max() < 1e-6  # and the last row, with no future, gets none
 print("unconverted: every row but the last puts all its weight on the future, in every head; "
       "the last row has no weight at all")
 
@@ -465,10 +449,9 @@ for name, tensor in (("input y", y), ("wq(y)", mha.wq(y)),
     print(f"{name:<52} {tuple(tensor.shape)}")
 
 # %% [markdown]
-# The parameters are the four `d_model x d_model` projections whatever $h$ is.
-# The multiply-adds, counted from the shapes of the tensors above, do not depend
-# on $h$ either: the $h$ heads each do $1/h$ of the work of one full-width head.
-# The `assert` checks both.
+# The parameters are the four `d_model x d_model` projections whatever $h$ is,
+# and the multiply-adds, counted from the shapes above, do not depend on $h$
+# either: each head does $1/h$ of a full-width head's work (the `assert`).
 
 # %%
 seq_len = 60
@@ -500,10 +483,7 @@ for name, key_dim in (("Keras, key_dim = d_model // num_heads", 64), ("Keras, ke
     layer = keras.layers.MultiHeadAttention(num_heads=8, key_dim=key_dim)
     layer(y, y)
     params[name] = layer.count_params()
-for name, count in params.items():
-    print(f"{name:>38}: {count:>10,} parameters")
-print(f"key_dim = d_model has {params['Keras, key_dim = d_model (tutorial)'] / mha.count_params():.2f} times "
-      f"the parameters of the paper's layer, with {mha.num_heads} heads")
+    print(f"{name:>38}: {params[name]:>10,} parameters ({params[name] / mha.count_params():.2f} times ours)")
 
 # %% [markdown]
 # > "Multi-head attention allows the model to jointly attend to information from
@@ -517,13 +497,12 @@ print(f"key_dim = d_model has {params['Keras, key_dim = d_model (tutorial)'] / m
 #
 # > "The Transformer uses multi-head attention in three different ways" (§3.2.3)
 #
-# The paper lists them in this order: encoder-decoder attention, encoder
-# self-attention, masked decoder self-attention; the subsections below follow it.
-#
-# To see each one with its real inputs, run the whole model once with teacher
-# forcing, as in training: the encoder gets the Portuguese tokens, the decoder
-# the English reference shifted right (it starts with `[START]` and lacks the
-# final `[END]`), and the model returns every layer's attention weights.
+# The subsections follow the paper's order: encoder-decoder attention, encoder
+# self-attention, masked decoder self-attention. To see each with its real
+# inputs, run the model once with teacher forcing, as in training: the encoder
+# gets the Portuguese tokens, the decoder the English reference shifted right
+# (`[START]` first, no final `[END]`), and the model returns every layer's
+# attention weights.
 
 # %%
 target_ids, target_tokens = tokenize("the black cat eats the cake", translator.tokenizers.target)
