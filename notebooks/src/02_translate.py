@@ -176,9 +176,10 @@ print(f"the last epoch's losses are {float(last_epoch['loss']) - floor:.3f} (tra
 # %% [markdown]
 # ## 4. Translating
 #
-# The `Translator` decodes greedily, one token at a time, each conditioned on the
-# source and on the tokens emitted so far (§3). It returns the text, the tokens
-# and every attention weight of the final output.
+# The `Translator` decodes one token at a time, each conditioned on the source
+# and on the tokens emitted so far (§3), as the run was evaluated (the beam size
+# of that evaluation, 1 for greedy, is printed at the end of the notebook). It
+# returns the text, the tokens and every attention weight of the final output.
 
 # %%
 translator = Translator.from_run(RUN_DIR)  # outputs of at most input length + 50 tokens (§6.1)
