@@ -86,14 +86,8 @@ np.set_printoptions(precision=3, suppress=True)
 # Each query's expected weights are in the comments, and the `assert` checks them.
 
 # %%
-temp_k = tf.constant([[10, 0, 0],
-                      [0, 10, 0],
-                      [0, 0, 10],
-                      [0, 0, 10]], dtype=tf.float32)  # (4, 3)
-temp_v = tf.constant([[1, 0],
-                      [10, 0],
-                      [100, 5],
-                      [1000, 6]], dtype=tf.float32)  # (4, 2)
+temp_k = tf.constant([[10, 0, 0], [0, 10, 0], [0, 0, 10], [0, 0, 10]], dtype=tf.float32)  # (4, 3)
+temp_v = tf.constant([[1, 0], [10, 0], [100, 5], [1000, 6]], dtype=tf.float32)  # (4, 2)
 temp_q = tf.constant([[0, 10, 0],  # aligns with the second key: its value comes back, as from a dict
                       [0, 0, 10],  # aligns with a repeated key (3 and 4): their values are averaged
                       [10, 10, 0]], dtype=tf.float32)  # aligns equally with keys 1 and 2: averaged
@@ -101,10 +95,7 @@ temp_q = tf.constant([[0, 10, 0],  # aligns with the second key: its value comes
 
 def print_out(q, k, v):
     temp_out, temp_attn = scaled_dot_product_attention(q, k, v, None)
-    print("Attention weights are:")
-    print(temp_attn)
-    print("Output is:")
-    print(temp_out)
+    print("Attention weights are:", temp_attn, "Output is:", temp_out, sep="\n")
     return temp_attn.numpy()
 
 
