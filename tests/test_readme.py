@@ -181,3 +181,15 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     assert f"beam {CORPUS_DEFAULTS['eval_beam_size']} and alpha {DEFAULT_ALPHA}" in text
     assert (f"on course for {SAMPLING_MIN_PASSES} passes or more" in text
             and f"alpha {CORPUS_DEFAULTS['subword_sampling']}: subword regularisation" in text)
+
+
+def test_the_toy_vocabulary_size_the_readme_states_is_the_grammars():
+    """README rounds the toy grammar's vocabulary ("about 100 Portuguese and 70 English
+    words"); the rounding must stay within 5% of what `toy_vocabulary` returns."""
+    from transformer.data import toy_vocabulary
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    match = re.search(r"about (\d+) Portuguese and (\d+) English words", text)
+    assert match, "README.md no longer states the toy grammar's vocabulary size"
+    for stated, words in zip(map(int, match.groups()), toy_vocabulary(), strict=True):
+        assert abs(len(words) - stated) <= 0.05 * stated, (stated, len(words))

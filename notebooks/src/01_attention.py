@@ -17,19 +17,16 @@
 # 7. the three uses of attention in the model (§3.2.3), on a small trained model;
 # 8. two exercises, with answers.
 #
-# The study outline numbers the last two "3.2.3" and "3.2.4"; in the paper
-# (arXiv v5) multi-head attention is §3.2.2 and its applications §3.2.3, the
-# numbers used below.
-#
-# Each concept comes in the same order: the paper's sentence, the equation, the
-# code (which only calls the library), then a figure. The notebook runs offline
-# on a CPU. Notebook 02 trains the toy Portuguese-to-English translator; if its
-# run exists, this notebook reuses it, otherwise it trains a small one itself
-# (a few minutes on two cores).
+# Each concept comes in the same order: the paper's sentence (section numbers
+# of arXiv v5), the equation, the code (which only calls the library), then a
+# figure. Every statement about a result is printed by the code from that
+# result, or checked by an `assert`. The notebook runs offline on a CPU.
 
 # %%
 import os
 import sys
+import timeit
+from collections import Counter
 from pathlib import Path
 
 # Make `transformer` importable when the notebook runs from the repository or notebooks/.
@@ -84,58 +81,42 @@ np.set_printoptions(precision=3, suppress=True)
 #
 # $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V$$
 #
-# The tutorial's four keys and values: keys 3 and 4 are the same key.
+# The tutorial's four keys and values (keys 3 and 4 are the same key) and its
+# three queries, all at once: $Q$ is a (3, 3) matrix, the weights a (3, 4) one.
+# Each query's expected weights are in the comments, and the `assert` checks them.
 
 # %%
-temp_k = tf.constant([[10, 0, 0],
-                      [0, 10, 0],
-                      [0, 0, 10],
-                      [0, 0, 10]], dtype=tf.float32)  # (4, 3)
-temp_v = tf.constant([[1, 0],
-                      [10, 0],
-                      [100, 5],
-                      [1000, 6]], dtype=tf.float32)  # (4, 2)
+temp_k = tf.constant([[10, 0, 0], [0, 10, 0], [0, 0, 10], [0, 0, 10]], dtype=tf.float32)  # (4, 3)
+temp_v = tf.constant([[1, 0], [10, 0], [100, 5], [1000, 6]], dtype=tf.float32)  # (4, 2)
+temp_q = tf.constant([[0, 10, 0],  # aligns with the second key: its value comes back, as from a dict
+                      [0, 0, 10],  # aligns with a repeated key (3 and 4): their values are averaged
+                      [10, 10, 0]], dtype=tf.float32)  # aligns equally with keys 1 and 2: averaged
 
 
 def print_out(q, k, v):
     temp_out, temp_attn = scaled_dot_product_attention(q, k, v, None)
-    print("Attention weights are:")
-    print(temp_attn)
-    print("Output is:")
-    print(temp_out)
+    print("Attention weights are:", temp_attn, "Output is:", temp_out, sep="\n")
+    return temp_attn.numpy()
 
 
-# This query aligns with the second key, so the second value is returned: a dict lookup.
-temp_q = tf.constant([[0, 10, 0]], dtype=tf.float32)  # (1, 3)
-print_out(temp_q, temp_k, temp_v)
-
-# %%
-# This query aligns with a repeated key (third and fourth), so their values are averaged.
-temp_q = tf.constant([[0, 0, 10]], dtype=tf.float32)  # (1, 3)
-print_out(temp_q, temp_k, temp_v)
-
-# %%
-# This query aligns equally with the first and second key, so their values are averaged.
-temp_q = tf.constant([[10, 10, 0]], dtype=tf.float32)  # (1, 3)
-print_out(temp_q, temp_k, temp_v)
-
-# %%
-# All three queries at once: Q is a (3, 3) matrix, the weights a (3, 4) matrix.
-temp_q = tf.constant([[0, 0, 10],
-                      [0, 10, 0],
-                      [10, 10, 0]], dtype=tf.float32)  # (3, 3)
-print_out(temp_q, temp_k, temp_v)
+np.testing.assert_allclose(print_out(temp_q, temp_k, temp_v),
+                           [[0, 1, 0, 0], [0, 0, 0.5, 0.5], [0.5, 0.5, 0, 0]], atol=1e-6)
 
 # %% [markdown]
 # Each row of the weight matrix is one query's "soft lookup": an exact match puts
 # all the weight on one key (a `dict` would do the same), a tie splits it. The
-# softmax is why a good match wins so completely: the scores here are 0 and
-# $100/\sqrt{3} \approx 58$, and $e^{-58} \approx 10^{-25}$.
+# softmax is why a good match wins so completely: a key's weight is
+# $e^{\text{score}}$ over the sum, so a key that scores $s$ less than the match
+# gets $e^{-s}$ of its weight. The scores of the first query:
 
 # %%
+scores = (temp_q @ tf.transpose(temp_k)).numpy() / np.sqrt(3)  # (3, 4) = Q K^T / sqrt(d_k)
+gap = scores[0].max() - np.sort(scores[0])[-2]
+print(f"scores of q = [0, 10, 0]: {scores[0]}; a key scoring {gap:.1f} less gets e^-{gap:.1f} "
+      f"= {np.exp(-gap):.0e} of the match's weight")
 plot_attention_head(
     in_tokens=["key 1", "key 2", "key 3", "key 4"],
-    out_tokens=["q = [0, 0, 10]", "q = [0, 10, 0]", "q = [10, 10, 0]"],
+    out_tokens=["q = [0, 10, 0]", "q = [0, 0, 10]", "q = [10, 10, 0]"],
     weights=scaled_dot_product_attention(temp_q, temp_k, temp_v)[1],
     title="The tutorial's queries: soft lookups",
 )
@@ -143,21 +124,17 @@ plot_attention_head(
 # %% [markdown]
 # ## A small trained model to look at
 #
-# The rest of the notebook looks at real embeddings and real attention heads, so
-# it needs a trained model: the toy Portuguese-to-English translator of
-# notebook 02, trained on the generated toy corpus. The next cell reuses the run
-# that notebook 02 writes, or trains it here (a few minutes on two cores).
+# The rest of the notebook looks at real embeddings and attention heads: those
+# of notebook 02's toy Portuguese-to-English translator. The next cell loads the
+# run notebook 02 writes, or trains it here with the same settings.
 
 # %%
 if not (RUN_DIR / "model.keras").is_file():
     # The settings of notebook 02: `python train.py`'s toy run (four passes over the
     # corpus, 1,250 updates), in float32; QUICK trains 30 steps only.
-    if QUICK:
-        config = RunConfig(output_dir=str(RUN_DIR), epochs=2, steps_per_epoch=15, warmup_steps=20,
-                           eval_batch_size=256)
-    else:
-        config = RunConfig(output_dir=str(RUN_DIR), epochs=10, steps_per_epoch=125)
-    train(config, resume=RUN_DIR.exists(), verbose=0)
+    steps = (dict(epochs=2, steps_per_epoch=15, warmup_steps=20, eval_batch_size=256) if QUICK
+             else dict(epochs=10, steps_per_epoch=125))
+    train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps), resume=RUN_DIR.exists(), verbose=0)
 translator = Translator.from_run(RUN_DIR)
 model = translator.transformer  # a transformer.Transformer
 print(f"{RUN_DIR.name}: {model.num_layers} layers, d_model={model.d_model}, "
@@ -192,15 +169,16 @@ print(source_tokens, source_ids.numpy())
 x = model.encoder.pos_embedding(source_ids)  # (1, seq_len, d_model)
 output, self_weights = scaled_dot_product_attention(x, x, x)  # Q = K = V = x
 print("x:", x.shape, " weights:", self_weights.shape, " output:", output.shape)
+on_itself = int((self_weights[0].numpy().argmax(axis=-1) == np.arange(len(source_tokens))).sum())
+print(f"{on_itself} of the {len(source_tokens)} tokens put their largest weight on themselves")
 plot_attention_head(source_tokens, source_tokens, self_weights[0],
                     title="softmax(X X^T / sqrt(d_model)): the trained input embedding")
 
 # %% [markdown]
-# Without learned projections every token attends mostly to itself (a vector is
-# most similar to itself), and a little to tokens whose embeddings are alike.
-# This is why the model's attention layers first project $X$ with *different*
-# learned matrices $W^Q$, $W^K$, $W^V$ (section 6 below): then a token can look for
-# something other than itself.
+# Without learned projections a token's score with itself, $\|x_i\|^2 / \sqrt{d_{model}}$,
+# competes with its scores with the others; the line above counts the tokens
+# for which it wins. To look for something else, a token needs the *different*
+# learned projections $W^Q$, $W^K$, $W^V$ of the model's layers (section 6).
 #
 # Self-attention by itself has no notion of order: permuting the tokens only
 # permutes the output. What tells the two "o"s apart is the positional encoding
@@ -244,10 +222,10 @@ def attention_numpy(q, k, v, mask=None):
 rng = np.random.default_rng(0)
 q, k, v = (rng.standard_normal((2, 4, 6, 8)).astype(np.float32) for _ in range(3))  # (batch, heads, seq, depth)
 mask = create_look_ahead_mask(6).numpy()  # (6, 6)
-out_np, w_np = attention_numpy(q, k, v, mask)
-out_tf, w_tf = scaled_dot_product_attention(q, k, v, mask)
-print("max |difference|, outputs:", np.abs(out_np - out_tf.numpy()).max(),
-      " weights:", np.abs(w_np - w_tf.numpy()).max())
+differences = [np.abs(a - b.numpy()).max() for a, b in zip(attention_numpy(q, k, v, mask),
+                                                            scaled_dot_product_attention(q, k, v, mask), strict=True)]
+print(f"max |NumPy - library|: outputs {differences[0]:.1e}, weights {differences[1]:.1e}")
+assert max(differences) < 1e-5
 
 # %% [markdown]
 # Why the division by $\sqrt{d_k}$?
@@ -272,25 +250,30 @@ print(f"{'d_k':>5} {'var(q.k)':>10} {'var(q.k/sqrt(d_k))':>19} {'max weight':>11
 for row in zip(*(stats[key] for key in ("d_k", "variance_unscaled", "variance_scaled",
                                          "max_weight_unscaled", "max_weight_scaled")), strict=True):
     print("{:5.0f} {:10.1f} {:19.2f} {:11.2f} {:18.2f}".format(*row))
+ratio = stats["variance_unscaled"] / stats["d_k"]
+print(f"var(q.k) / d_k is {ratio.min():.2f} to {ratio.max():.2f}; var(q.k / sqrt(d_k)) is "
+      f"{stats['variance_scaled'].min():.2f} to {stats['variance_scaled'].max():.2f}. At d_k = 512 the "
+      f"largest of 16 weights averages {stats['max_weight_unscaled'][-1]:.2f} unscaled, "
+      f"{stats['max_weight_scaled'][-1]:.2f} scaled.")
 
 # %% [markdown]
-# The unscaled variance follows $d_k$, the scaled one stays at 1. A softmax fed
-# logits with a standard deviation of $\sqrt{512} \approx 23$ puts nearly all
-# its weight on one key. Its gradient is the Jacobian
-# $\partial p_i / \partial z_j = p_i(\delta_{ij} - p_j)$, which vanishes as $p$
-# approaches one-hot. Its average size at three depths:
+# Unscaled logits have a standard deviation of $\sqrt{d_k}$ ($\approx 23$ at
+# $d_k = 512$), and the largest weight of a row climbs towards 1. The softmax's
+# gradient is the Jacobian $\partial p_i / \partial z_j = p_i(\delta_{ij} - p_j)$,
+# which vanishes as $p$ approaches one-hot. Its average size (Frobenius norm) at
+# three depths:
 
 # %%
 rng = np.random.default_rng(0)
 for d_k in (4, 64, 512):
-    q = rng.standard_normal((2000, d_k))  # (samples, d_k)
-    k = rng.standard_normal((2000, 16, d_k))  # (samples, keys, d_k)
-    for name, logits in (("unscaled", np.einsum("nd,nkd->nk", q, k)),
-                         ("scaled", np.einsum("nd,nkd->nk", q, k) / np.sqrt(d_k))):
-        p = tf.nn.softmax(logits).numpy()  # (samples, keys)
-        jacobian = np.einsum("ni,ij->nij", p, np.eye(16)) - np.einsum("ni,nj->nij", p, p)
-        norm = np.linalg.norm(jacobian, axis=(1, 2)).mean()
-        print(f"d_k={d_k:3d} {name:>8}: mean |d softmax / d logits| = {norm:.3f}")
+    logits = np.einsum("nd,nkd->nk", rng.standard_normal((2000, d_k)), rng.standard_normal((2000, 16, d_k)))
+    norms = {}
+    for name, z in (("unscaled", logits), ("scaled", logits / np.sqrt(d_k))):  # (samples, keys)
+        p = tf.nn.softmax(z).numpy()
+        jacobian = p[:, :, None] * np.eye(16) - p[:, :, None] * p[:, None, :]  # (samples, keys, keys)
+        norms[name] = np.linalg.norm(jacobian, axis=(1, 2)).mean()
+    print(f"d_k={d_k:3d}: mean |d softmax / d logits| = {norms['unscaled']:.3f} unscaled, "
+          f"{norms['scaled']:.3f} scaled")
 
 # %%
 plot_dot_product_variance()
@@ -311,18 +294,16 @@ plot_dot_product_variance()
 # \text{dot-product: } e_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}}$$
 #
 # For $n$ queries, $m$ keys and hidden width $d_a = d_k$, both cost
-# $O(n\,m\,d_k)$ multiply-adds, but additive attention must build an
-# $n \times m \times d_a$ tensor of `tanh` inputs, where dot-product attention
-# is one matrix product with an $n \times m$ result.
+# $O(n\,m\,d_k)$ multiply-adds, but additive attention builds an
+# $n \times m \times d_a$ tensor of `tanh` inputs, dot-product attention one
+# matrix product with an $n \times m$ result. Both timed on this CPU:
 
 # %%
 n = m = 256
 d_k = d_a = 64
 rng = np.random.default_rng(0)
-q = tf.constant(rng.standard_normal((n, d_k)), tf.float32)  # (n, d_k)
-k = tf.constant(rng.standard_normal((m, d_k)), tf.float32)  # (m, d_k)
-w_q = tf.constant(rng.standard_normal((d_k, d_a)) / 8, tf.float32)  # (d_k, d_a)
-w_k = tf.constant(rng.standard_normal((d_k, d_a)) / 8, tf.float32)  # (d_k, d_a)
+q, k = (tf.constant(rng.standard_normal((size, d_k)), tf.float32) for size in (n, m))  # (n, d_k), (m, d_k)
+w_q, w_k = (tf.constant(rng.standard_normal((d_k, d_a)) / 8, tf.float32) for _ in range(2))  # (d_k, d_a)
 v_a = tf.constant(rng.standard_normal((d_a,)), tf.float32)  # (d_a,)
 
 
@@ -337,16 +318,9 @@ def additive_scores():
 
 print(f"multiply-adds  dot-product: {n * m * d_k:>10,}   additive: {(n + m) * d_k * d_a + n * m * d_a:>10,} (+ {n * m * d_a:,} tanh)")
 print(f"largest tensor dot-product: {n * m:>10,}   additive: {n * m * d_a:>10,} floats")
-
-import timeit
-
-for f in (dot_product_scores, additive_scores):
-    f()  # warm up
-seconds = {f.__name__: min(timeit.repeat(f, number=10, repeat=5)) / 10
-           for f in (dot_product_scores, additive_scores)}
-for name, s in seconds.items():
-    print(f"{name:>18}: {s * 1e3:7.3f} ms per call (n = m = {n}, d_k = {d_k}, this CPU)")
-print(f"additive / dot-product time: {seconds['additive_scores'] / seconds['dot_product_scores']:.0f}x")
+seconds = [min(timeit.repeat(f, number=10, repeat=5)) / 10 for f in (dot_product_scores, additive_scores)]
+print(f"time per call      dot-product: {seconds[0] * 1e3:7.3f} ms   additive: {seconds[1] * 1e3:7.3f} ms "
+      f"({seconds[1] / seconds[0]:.0f}x)")
 
 # %% [markdown]
 # ## 5. Masking
@@ -363,23 +337,12 @@ print(f"additive / dot-product time: {seconds['additive_scores'] / seconds['dot_
 # $$\mathrm{Attention}(Q, K, V, M) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} - 10^9 M\right)V$$
 #
 # The padding mask hides the `[PAD]` tokens (id 0) of a batch; it has shape
-# `(batch, 1, 1, seq_len)` so it broadcasts over heads and queries.
-
-# %%
-x = tf.constant([[7, 6, 0, 0, 1], [1, 2, 3, 0, 0], [0, 0, 0, 4, 5]])
-create_padding_mask(x)
-
-# %% [markdown]
-# The look-ahead mask hides the future: row $i$ (a query) may not see column
-# $j > i$ (a key). It is the strict upper triangle.
-
-# %%
-create_look_ahead_mask(3)
-
-# %% [markdown]
-# The decoder's self-attention combines both: a key is hidden if it is padding
-# *or* in the future. For a target sentence with two padding tokens (rows are
-# queries, columns keys, dark = masked):
+# `(batch, 1, 1, seq_len)` so it broadcasts over heads and queries. The
+# look-ahead mask hides the future: row $i$ (a query) may not see column
+# $j > i$ (a key), the strict upper triangle. The decoder's self-attention
+# combines both: a key is hidden if it is padding *or* in the future. The three
+# for a target sentence with two padding tokens (rows are queries, columns
+# keys, dark = masked):
 
 # %%
 target_ids, target_tokens = tokenize("the black cat", translator.tokenizers.target)  # (1, 5)
@@ -397,55 +360,46 @@ plot_masks(
 # ### The pitfall: `keras.layers.MultiHeadAttention` uses the opposite convention
 #
 # Keras's `attention_mask` holds 1 (True) where attention **is** allowed. Passing
-# one of our masks to it unconverted raises no error: it silently lets every query
-# attend *only* to the positions it must not see. The fix is `1 - mask`
-# (`to_keras_attention_mask`).
-#
-# The demonstration: our `MultiHeadAttention` and Keras's, with the same weights
-# (`copy_weights_to_keras`), on a random sequence of 5 positions with the
-# look-ahead mask. Row $i$ of the weights should put nothing on columns $j > i$.
+# it one of our masks unconverted raises no error; the fix is `1 - mask`
+# (`to_keras_attention_mask`). Below, our `MultiHeadAttention` and Keras's with
+# the same weights (`copy_weights_to_keras`), on 5 random positions with the
+# look-ahead mask: row $i$ should put nothing on columns $j > i$. The `assert`s
+# check what the printed lines say.
 
 # %%
 keras.utils.set_random_seed(1)
-ours = MultiHeadAttention(d_model=16, num_heads=2)
-theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
+ours, theirs = MultiHeadAttention(d_model=16, num_heads=2), keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
 x = tf.random.normal((1, 5, 16))  # (batch, seq_len, d_model)
 ours(x, x, x)  # builds the layer
 copy_weights_to_keras(ours, theirs)
-
 look_ahead = create_look_ahead_mask(5)  # (5, 5), 1 = not allowed
 out_ours, w_ours = ours(x, x, x, mask=look_ahead)  # (1, 5, 16), (1, 2, 5, 5)
-out_keras, w_keras_right = theirs(x, x, attention_mask=to_keras_attention_mask(look_ahead)[tf.newaxis],
-                                  return_attention_scores=True)
-_, w_keras_wrong = theirs(x, x, attention_mask=look_ahead[tf.newaxis],  # NOT converted
-                          return_attention_scores=True)
+out_keras, w_right = theirs(x, x, attention_mask=to_keras_attention_mask(look_ahead)[tf.newaxis],
+                            return_attention_scores=True)
+_, w_wrong = theirs(x, x, attention_mask=look_ahead[tf.newaxis], return_attention_scores=True)  # NOT converted
 
 future = look_ahead.numpy().astype(bool)  # where the weights must be 0
-for name, w in (("ours, mask", w_ours), ("Keras, 1 - mask", w_keras_right),
-                ("Keras, mask unconverted", w_keras_wrong)):
-    head = w[0, 0].numpy()  # (5, 5)
-    print(f"{name:>24}: weight on future positions per row = {(head * future).sum(axis=1)}")
-print("head 1 with the unconverted mask:")
-print(w_keras_wrong[0, 0].numpy())
-print("ours against Keras with 1 - mask, same weights: max |difference| of the outputs",
-      float(tf.reduce_max(tf.abs(out_ours - out_keras))), "and of the weights",
-      float(tf.reduce_max(tf.abs(w_ours - w_keras_right))))
+on_future = {name: (w[0].numpy() * future).sum(axis=-1)  # (heads, rows)
+             for name, w in (("ours, mask", w_ours), ("Keras, 1 - mask", w_right), ("Keras, mask unconverted", w_wrong))}
+for name, weight in on_future.items():
+    print(f"{name:>24}: weight on future positions per row, head 1 = {weight[0]}")
+agreement = max(float(tf.reduce_max(tf.abs(a - b))) for a, b in ((out_ours, out_keras), (w_ours, w_right)))
+print(f"ours against Keras with 1 - mask, same weights: outputs and weights differ by at most {agreement:.1e}")
+assert on_future["ours, mask"].max() < 1e-6 and on_future["Keras, 1 - mask"].max() < 1e-6 and agreement < 1e-5
+assert np.allclose(on_future["Keras, mask unconverted"][:, :-1], 1, atol=1e-6)  # all weight on the future
+assert np.abs(w_wrong[0, :, -1].numpy()).max() < 1e-6  # and the last row, with no future, gets none
+print("unconverted: every row but the last puts all its weight on the future, in every head; "
+      "the last row has no weight at all")
 
 # %% [markdown]
-# With the unconverted mask every row but the last puts **all** its weight on
-# the future, and the last row (which has no future) gets no weight at all. A
-# model trained this way cheats by copying the next target token, reaches a
-# suspiciously low training loss, and produces nonsense when it has to generate
-# one token at a time. Given the same weights and the converted mask, the two
-# layers agree to float32 rounding (the last line above). The same head three
-# ways (the inputs are random vectors, so the rows and columns are positions,
-# not words):
+# A model trained with the unconverted mask reads the very token it has to
+# predict: training rewards copying it, and when the model generates one token
+# at a time there is nothing to copy. The same head three ways (the inputs are
+# random vectors, so the rows and columns are positions, not words):
 
 # %%
-tokens5 = [f"position {i}" for i in range(1, 6)]
-fig = plot_attention_weights(
-    tokens5, tokens5, np.stack([w_ours[0, 0], w_keras_right[0, 0], w_keras_wrong[0, 0]])
-)
+positions = [f"position {i}" for i in range(1, 6)]
+fig = plot_attention_weights(positions, positions, np.stack([w_ours[0, 0], w_right[0, 0], w_wrong[0, 0]]))
 for ax, title in zip(fig.axes[:3], ["ours, mask", "Keras, 1 - mask", "Keras, mask (WRONG)"], strict=True):
     ax.set_title(title)
 fig.suptitle("Head 1 of the same layer under three masks: the inverted convention attends only to the future")
@@ -474,36 +428,35 @@ fig
 mha = MultiHeadAttention(d_model=512, num_heads=8)
 y = tf.random.uniform((1, 60, 512))  # (batch, seq_len, d_model)
 out, attn = mha(y, y, y)
-q = mha.wq(y)
-print("input y                      ", y.shape)
-print("wq(y)                        ", q.shape)
-q_heads = mha.split_heads(q, batch_size=1)
-print("split_heads(wq(y))           ", q_heads.shape, " (batch, num_heads, seq_len, depth)")
+q_heads = mha.split_heads(mha.wq(y), batch_size=1)
 k_heads, v_heads = mha.project_keys_values(y, y)
 heads_out, heads_w = scaled_dot_product_attention(q_heads, k_heads, v_heads)
-print("attention weights per head   ", heads_w.shape, " (batch, num_heads, seq_q, seq_k)")
-print("attention output per head    ", heads_out.shape)
 concat = mha.combine_heads(heads_out, batch_size=1)
-print("combine_heads (Concat)       ", concat.shape)
-print("dense (W^O): the layer output", mha.dense(concat).shape, "== mha(y, y, y):", out.shape)
+for name, tensor in (("input y", y), ("wq(y)", mha.wq(y)),
+                     ("split_heads(wq(y)): (batch, heads, seq_len, depth)", q_heads),
+                     ("attention weights: (batch, heads, seq_q, seq_k)", heads_w),
+                     ("attention output per head", heads_out), ("combine_heads (Concat)", concat),
+                     ("dense (W^O): the layer output", mha.dense(concat)), ("mha(y, y, y)", out)):
+    print(f"{name:<52} {tuple(tensor.shape)}")
 
 # %% [markdown]
-# Splitting into heads costs nothing. The parameters are the four
-# `d_model x d_model` projections whatever $h$ is, and the multiply-adds, counted
-# from the shapes of the tensors above, are the same too: the $h$ heads each do
-# $1/h$ of the work of one full-width head.
+# The parameters are the four `d_model x d_model` projections whatever $h$ is,
+# and the multiply-adds, counted from the shapes above, do not depend on $h$
+# either: each head does $1/h$ of a full-width head's work (the `assert`).
 
 # %%
 seq_len = 60
 print(f"{'heads':>5} {'depth':>5} {'parameters':>11} {'projection MACs':>16} {'attention MACs':>15} {'total MACs':>12}")
+costs = set()
 for num_heads in (1, 2, 4, 8, 16):
     layer = MultiHeadAttention(d_model=512, num_heads=num_heads)
     layer(y, y, y)
-    q_heads = layer.split_heads(layer.wq(y), batch_size=1)  # (1, h, seq_len, depth)
-    _, h, n_q, depth = q_heads.shape
+    _, h, n_q, depth = layer.split_heads(layer.wq(y), batch_size=1).shape  # (1, h, seq_len, depth)
     projection = 4 * n_q * 512 * 512  # wq, wk, wv, dense: (seq_len, 512) x (512, 512) each
-    attention = h * (n_q * seq_len * depth + n_q * seq_len * depth)  # Q K^T and weights x V, per head
+    attention = h * 2 * n_q * seq_len * depth  # Q K^T and weights x V, per head
     print(f"{h:5d} {depth:5d} {layer.count_params():11,} {projection:16,} {attention:15,} {projection + attention:12,}")
+    costs.add((layer.count_params(), projection + attention))
+assert len(costs) == 1, costs
 
 # %% [markdown]
 # ### A pitfall of the tutorial's Keras version: `key_dim = d_model`
@@ -513,44 +466,34 @@ for num_heads in (1, 2, 4, 8, 16):
 # The later, Keras-based version of the TensorFlow tutorial builds its layers as
 # `keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=d_model)`, and
 # Keras's `key_dim` is the size of *each* head. Every head is then $d_{model}$
-# wide, and the projections hold $h$ times the paper's parameters (and do
-# $h$ times its multiply-adds). `key_dim = d_model // num_heads` is the paper's layer:
+# wide; `key_dim = d_model // num_heads` is the paper's layer:
 
 # %%
-for name, layer in (("this project's MultiHeadAttention", mha),
-                    ("Keras, key_dim = d_model // num_heads", keras.layers.MultiHeadAttention(num_heads=8, key_dim=64)),
-                    ("Keras, key_dim = d_model (tutorial)", keras.layers.MultiHeadAttention(num_heads=8, key_dim=512))):
-    if not layer.built:
-        layer(y, y)
-    print(f"{name:>38}: {layer.count_params():>10,} parameters")
+params = {"this project's MultiHeadAttention": mha.count_params()}
+for name, key_dim in (("Keras, key_dim = d_model // num_heads", 64), ("Keras, key_dim = d_model (tutorial)", 512)):
+    layer = keras.layers.MultiHeadAttention(num_heads=8, key_dim=key_dim)
+    layer(y, y)
+    params[name] = layer.count_params()
+    print(f"{name:>38}: {params[name]:>10,} parameters ({params[name] / mha.count_params():.2f} times ours)")
 
 # %% [markdown]
 # > "Multi-head attention allows the model to jointly attend to information from
 # > different representation subspaces at different positions. With a single
 # > attention head, averaging inhibits this." (§3.2.2)
 #
-# Each head has its own projections, so it has its own attention pattern. Below
-# the heads of the trained model's first encoder layer on one sentence; the next
-# section looks at every kind of attention in the model.
-
-# %%
-result = translator("o gato preto come o bolo")
-print(result.text)
-plot_attention_weights(result.input_tokens, result.input_tokens, result.attention_weights,
-                       layer_name="encoder_layer1")
-
-# %% [markdown]
+# Each head has its own projections, so it has its own attention pattern: the
+# figures of the next section draw every head of the trained model side by side.
+#
 # ## 7. The three uses of attention in the model (§3.2.3)
 #
 # > "The Transformer uses multi-head attention in three different ways" (§3.2.3)
 #
-# The paper lists them in this order: encoder-decoder attention, encoder
-# self-attention, masked decoder self-attention; the subsections below follow it.
-#
-# To see each one with its real inputs, run the whole model once with teacher
-# forcing, as in training: the encoder gets the Portuguese tokens, the decoder
-# the English reference shifted right (it starts with `[START]` and lacks the
-# final `[END]`), and the model returns every layer's attention weights.
+# The subsections follow the paper's order: encoder-decoder attention, encoder
+# self-attention, masked decoder self-attention. To see each with its real
+# inputs, run the model once with teacher forcing, as in training: the encoder
+# gets the Portuguese tokens, the decoder the English reference shifted right
+# (`[START]` first, no final `[END]`), and the model returns every layer's
+# attention weights.
 
 # %%
 target_ids, target_tokens = tokenize("the black cat eats the cake", translator.tokenizers.target)
@@ -560,7 +503,7 @@ logits, weights = model((source_ids, decoder_input_ids), return_attention_weight
 predicted = [token.decode() for token in translator.tokenizers.target.lookup(tf.argmax(logits, -1))[0].numpy()]
 print("decoder input:", decoder_input_tokens)
 print("labels:       ", labels)
-print("predictions:  ", predicted)
+print("predictions:  ", predicted, f"({sum(map(str.__eq__, predicted, labels))} of {len(labels)} right)")
 for name, w in weights.items():
     print(f"{name:>22}: {tuple(w.shape)}  (batch, heads, queries, keys)")
 
@@ -575,14 +518,17 @@ for name, w in weights.items():
 # $$Q = \text{decoder states}, \qquad K = V = \text{encoder output}, \qquad
 # M = \text{padding mask of the source}$$
 #
-# The rows are labelled with the token each decoder position predicts; every
-# toy word is one piece. Where the word order differs an aligning head crosses:
-# the row that predicts "black" should look at "preto", which comes after
-# "gato". The line above the figure says where each head's row of "black" puts
-# its largest weight.
+# The rows are labelled with the token each decoder position predicts. Where
+# the word order differs an aligning head crosses: the row that predicts
+# "black" would look at "preto", which comes after "gato". The lines above the
+# figure say whether every word of the two sentences is one token, and where
+# each head's row of "black" puts its largest weight.
 
 # %%
 last_cross = f"decoder_layer{model.num_layers}_block2"
+for name, tokens in (("Portuguese", source_tokens), ("English", target_tokens)):
+    print(f"{name}: {len(tokens) - 2} tokens between [START] and [END] for "
+          f"{sum(t.startswith('▁') for t in tokens)} words")
 fig = plot_attention_weights(source_tokens, labels, weights, layer_name=last_cross)
 if "▁black" in labels:
     row = weights[last_cross][0, :, labels.index("▁black")].numpy()  # (heads, source_len)
@@ -614,11 +560,13 @@ plot_attention_weights(source_tokens, source_tokens, weights, layer_name=f"encod
 # $$Q = K = V = \text{the right-shifted target}, \qquad
 # M = \max(\text{look-ahead}, \text{target padding})$$
 #
-# The look-ahead mask of section 5 leaves the upper triangle at exactly 0:
+# The look-ahead mask of section 5 leaves the upper triangle at 0 (the
+# `assert` checks it):
 
 # %%
 block1 = weights["decoder_layer1_block1"].numpy()  # (1, heads, target_len, target_len)
 print("largest weight above the diagonal:", np.triu(block1, k=1).max())
+assert np.triu(block1, k=1).max() < 1e-6
 plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer_name="decoder_layer1_block1")
 
 # %% [markdown]
@@ -633,16 +581,14 @@ plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer
 #
 # <details><summary>Answer</summary>
 #
-# The loss falls much faster and lower than with the mask, and the validation
-# loss with it: both are computed with teacher forcing, where position $i$ of
-# the decoder input is the target token $i$ and its label is token $i + 1$.
-# Without the mask, position $i$ can read token $i + 1$ from the input at
-# position $i + 1$, so "predicting" the next token is copying it, which is easy.
-# At translation time there is no future to copy: the decoder sees only the
-# tokens it produced so far, attends to positions that do not exist yet in
-# training's sense, and the translations fall apart. A training loss that
-# looks too good to be true is the usual sign of this bug (and of the inverted
-# Keras mask of section 5).
+# Both losses are computed with teacher forcing: position $i$ of the decoder
+# input is target token $i$, and its label is token $i + 1$. Without the mask,
+# position $i$ can read token $i + 1$ at position $i + 1$ of the input, so the
+# model can lower the losses by copying instead of translating: compare them
+# with the masked run's. At translation time there is no future to copy, only
+# the tokens produced so far, which is not what the model learnt to read. A
+# training loss too good to be true is the usual sign of this bug (and of the
+# inverted Keras mask of section 5).
 #
 # </details>
 #
@@ -654,20 +600,25 @@ plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer
 # <details><summary>Answer</summary>
 #
 # SentencePiece does not refuse the word: it spells it with smaller pieces of
-# its vocabulary (letters and pairs of letters left over from its byte-pair
-# merges), printed by the cell below. The model never saw these pieces in that
-# place, and they throw it off, often beyond the unknown word itself: with the
-# run committed here, "o gato amarelo come o bolo" came out as "the cat eats
-# the old men", with the cake gone too. Nothing in the output says that
-# something was unknown. The model knows only the grammar it was trained on; a
-# real translator needs real text.
+# its vocabulary, which the model never saw in that place. The cell below
+# prints the pieces, whether an `[UNK]` came out, the translation, and the
+# translation of the same sentence without "amarelo": the words that differ are
+# what the unknown word did. The translation itself does not say that anything
+# was unknown; the model knows only the grammar it was trained on.
 #
 # </details>
 
 # %%
 unknown = translator("o gato amarelo come o bolo")
+known = translator("o gato come o bolo")
+pieces = tokenize("amarelo", translator.tokenizers.source)[1][1:-1]  # without [START] and [END]
 print("source tokens:", unknown.input_tokens)
-print("translation:  ", unknown.text)
+print(f"'amarelo' is {len(pieces)} pieces {pieces}; [UNK] among the source tokens: {'[UNK]' in unknown.input_tokens}")
+print(f"without 'amarelo': {known.text!r}")
+print(f"with 'amarelo':    {unknown.text!r}")
+lost, added = (list((a - b).elements()) for a, b in ((Counter(known.text.split()), Counter(unknown.text.split())),
+                                                       (Counter(unknown.text.split()), Counter(known.text.split()))))
+print(f"words lost: {lost or 'none'}; words added: {added or 'none'}")
 
 # %% [markdown]
 # Notebook 02 trains this model step by step, translates with it and looks at

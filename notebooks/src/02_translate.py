@@ -20,7 +20,8 @@
 #
 # Everything runs offline. Training writes a run directory, `runs/notebook_toy`
 # (the same layout as `train.py`); if it is already there, the notebook loads it
-# instead of training again, and notebook 01 reuses it.
+# instead of training again, and notebook 01 reuses it. Every statement about a
+# result is printed by the code from that result, or checked by an `assert`.
 
 # %%
 import os
@@ -34,13 +35,14 @@ if ROOT is not None and str(ROOT) not in sys.path:
 
 import json
 import logging
+from collections import Counter
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from transformer import Beam, CustomSchedule, Translator
-from transformer.data import generate_toy_corpus
+from transformer.data import generate_toy_corpus, toy_vocabulary
 from transformer.plot import (
     plot_attention_head,
     plot_attention_overview,
@@ -93,8 +95,8 @@ for source, target in corpus.train[:8]:
 #
 # $$lrate = d_{model}^{-0.5} \cdot \min(step\_num^{-0.5},\ step\_num \cdot warmup\_steps^{-1.5})$$
 #
-# The paper warms up for 4000 steps; the toy corpus is learnt in fewer steps
-# than that, so the run warms up faster.
+# The paper warms up for 4,000 of its 100,000 steps. The toy run is much
+# shorter, and warms up for the number of steps printed below the figure.
 
 # %%
 if QUICK:
@@ -112,6 +114,7 @@ print(json.dumps({key: value for key, value in config.to_dict().items() if key i
 
 # %%
 total_steps = config.epochs * (config.steps_per_epoch or -(-len(corpus.train) // config.batch_size))
+print(f"warm-up: {config.warmup_steps:,} of the run's {total_steps:,} steps")
 plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), num_steps=total_steps)
 
 # %% [markdown]
@@ -125,8 +128,8 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 # the precision, float32 on every CPU (`precision="float32"`), while
 # `RunConfig` and `python train.py` left to themselves pick `mixed_bfloat16`
 # where bfloat16 trains faster (CPUs with AMX, AMD CPUs with AVX-512 BF16) and
-# float32 elsewhere (`transformer.run.precision.default_precision`). On two CPU cores
-# this takes a few minutes. A finished run is loaded instead.
+# float32 elsewhere (`transformer.run.precision.default_precision`). A finished
+# run is loaded instead; the cell prints how long its training took.
 
 # %%
 if (RUN_DIR / "model.keras").is_file():
@@ -134,14 +137,15 @@ if (RUN_DIR / "model.keras").is_file():
 else:
     result = train(config, resume=RUN_DIR.exists(), verbose=0)
 metrics = json.loads((RUN_DIR / "metrics.json").read_text())
+print(f"{metrics['final_step']:,} training steps in {metrics['train_seconds']:.0f} s on the machine that trained it")
 print({key: round(value, 3) for key, value in metrics["test"].items() if isinstance(value, float)})
 
 # %%
 plot_training_curves(RUN_DIR / "metrics.csv", title="The toy translator, per epoch")
 
 # %% [markdown]
-# The training and validation losses of the figure end near 0.9, ten times the
-# test loss printed above. They measure different things. Training minimises
+# The training and validation losses of the figure and the test loss printed
+# above measure different things. Training minimises
 # the label-smoothed loss of §5.4: the target is no longer "all probability on
 # the right token" but $1 - \epsilon_{ls}$ on it and $\epsilon_{ls}$ spread
 # evenly over the whole vocabulary of $V$ tokens. Even a model that predicts
@@ -149,8 +153,9 @@ plot_training_curves(RUN_DIR / "metrics.csv", title="The toy translator, per epo
 #
 # $$H = -\left(1 - \epsilon_{ls} + \tfrac{\epsilon_{ls}}{V}\right)\log\left(1 - \epsilon_{ls} + \tfrac{\epsilon_{ls}}{V}\right) - (V - 1)\,\tfrac{\epsilon_{ls}}{V}\log\tfrac{\epsilon_{ls}}{V},$$
 #
-# so the curves flatten at that floor instead of at 0. The test loss is the
-# plain cross-entropy of the right tokens (no smoothing), which does go to 0.
+# so the curves cannot go below that floor. The test loss is the plain
+# cross-entropy of the right tokens (no smoothing), whose floor is 0. The cell
+# below computes the floor and compares the three losses with it.
 
 # %%
 import csv
@@ -164,13 +169,17 @@ with open(RUN_DIR / "metrics.csv", newline="") as file:
 print(f"label-smoothed loss of a perfect model (eps={eps}, V={target_vocab}): {floor:.3f}")
 print(f"last epoch: training loss {float(last_epoch['loss']):.3f}, validation loss {float(last_epoch['val_loss']):.3f} (label-smoothed)")
 print(f"test loss, plain cross-entropy: {metrics['test']['loss']:.3f}")
+print(f"the last epoch's losses are {float(last_epoch['loss']) - floor:.3f} (training) and "
+      f"{float(last_epoch['val_loss']) - floor:.3f} (validation) above their floor; the test loss is "
+      f"{float(last_epoch['val_loss']) / metrics['test']['loss']:.1f} times smaller than the validation loss")
 
 # %% [markdown]
 # ## 4. Translating
 #
-# The `Translator` decodes greedily, one token at a time, each conditioned on the
-# source and on the tokens emitted so far (§3). It returns the text, the tokens
-# and every attention weight of the final output.
+# The `Translator` decodes one token at a time, each conditioned on the source
+# and on the tokens emitted so far (§3), as the run was evaluated (the beam size
+# of that evaluation, 1 for greedy, is printed at the end of the notebook). It
+# returns the text, the tokens and every attention weight of the final output.
 
 # %%
 translator = Translator.from_run(RUN_DIR)  # outputs of at most input length + 50 tokens (§6.1)
@@ -179,12 +188,12 @@ translator = Translator.from_run(RUN_DIR)  # outputs of at most input length + 5
 # The model sees subword tokens, learnt from the training sentences by
 # SentencePiece (the default tokenizer; `▁` marks the start of a word). It keeps
 # case, accents and punctuation, so translations read as written text. Every
-# sentence is wrapped in `[START]` (id 2) and `[END]` (id 3). On the toy corpus
-# SentencePiece learns byte-pair merges until every word of the grammar is one
-# piece, so each row and column of the attention maps below is a word. The
-# grammar has about 100 Portuguese words: a word outside it is spelled in
-# smaller pieces the model never saw in that context, and its translation is
-# nonsense.
+# sentence is wrapped in `[START]` (id 2) and `[END]` (id 3). Each row and
+# column of the attention maps below is a token, which is not always a word:
+# the second cell below counts the words of the grammar that SentencePiece
+# keeps in one piece, and splits a possessive. A word outside the grammar is
+# spelled in smaller pieces the model never saw in that place (notebook 01's
+# second exercise shows what it makes of one).
 
 # %%
 ids = translator.tokenizers.source.tokenize(tf.constant(["a menina come a maçã vermelha"]))
@@ -192,6 +201,19 @@ print(ids.to_list()[0])
 print([t.decode() for t in translator.tokenizers.source.lookup(ids).to_list()[0]])
 print("vocabulary sizes:", int(translator.tokenizers.source.get_vocab_size()),
       "Portuguese,", int(translator.tokenizers.target.get_vocab_size()), "English tokens")
+
+# %%
+def pieces(tokenizer, text):
+    """The subword pieces of `text`, without [START] and [END]."""
+    return [t.decode() for t in tokenizer.lookup(tokenizer.tokenize(tf.constant([text]))).to_list()[0][1:-1]]
+
+
+tokenizers = (translator.tokenizers.source, translator.tokenizers.target)
+for language, words, tokenizer in zip(("Portuguese", "English"), toy_vocabulary(), tokenizers, strict=True):
+    split = {word: pieces(tokenizer, word) for word in words if len(pieces(tokenizer, word)) > 1}
+    print(f"{language}: {len(words) - len(split)} of the grammar's {len(words)} words are one piece; "
+          f"in several pieces: {split or 'none'}")
+print("a possessive:", pieces(translator.tokenizers.target, "the girl's red car"))
 
 # %%
 sentences = {
@@ -207,6 +229,8 @@ for (source, reference), result in zip(sentences.items(), results, strict=True):
     # SentencePiece detokenizes to ordinary text: it compares with the reference as is.
     mark = "ok" if result.text == reference else "  "
     print(f"{mark} {source:<48} -> {result.text:<40} (reference: {reference})")
+print(f"{sum(r.text == ref for r, ref in zip(results, sentences.values(), strict=True))} of "
+      f"{len(sentences)} translations are their reference")
 noun_phrase = results[1].text
 print(f"\n'o gato preto' -> {noun_phrase!r}: " + (
     "the noun phrase alone" if noun_phrase == "the black cat"
@@ -217,9 +241,7 @@ print(f"\n'o gato preto' -> {noun_phrase!r}: " + (
 # a verb), which makes it a good test of what the model learnt. A model that
 # follows its source translates the noun phrase and stops there; one that has
 # learnt the shape of every sentence it was trained on adds a verb. The last
-# line above says which this run did. Runs with the same settings have done
-# either (on different CPUs, whose arithmetic differs in the last bits): one
-# sentence outside the grammar is where a model's training shows.
+# line above says which this run did.
 #
 # ## 5. Encoder-decoder attention: where each English word looks
 #
@@ -250,8 +272,8 @@ plot_attention_weights(in_tokens, out_tokens, weights, layer_name=f"decoder_laye
 # several subword tokens (`▁` starts a word), so a head's score for a pair of
 # words is the weight its rows for the English word give to the Portuguese
 # word's tokens. The title names the key each of the rows "black" and "cat"
-# puts the most weight on: where they are "preto" and "gato", this head carries
-# the swap.
+# puts the most weight on, and the last line above the figure says whether they
+# are "preto" and "gato": whether this head carries the swap.
 
 # %%
 def word_positions(tokens):
@@ -278,11 +300,13 @@ score = [sum(head[np.ix_(out_words[en], in_words[pt])].sum() / len(out_words[en]
          for head in cross]
 best = int(np.argmax(score))
 layer, head = divmod(best, config.model.num_heads)
-print("alignment weight per head (layer 1 heads, then layer 2 heads):", np.round(score, 2))
-peaks = [f"{en} → {in_tokens[int(np.argmax(cross[best][out_words[en]].sum(axis=0)))].lstrip('▁')}"
-         for en in ("black", "cat") if en in out_words]
-plot_attention_head(in_tokens, out_tokens, cross[best],
-                    title=f"decoder_layer{layer + 1}_block2, head {head + 1}: " + ", ".join(peaks))
+print(f"alignment weight per head (layers 1 to {last}, {config.model.num_heads} heads each):", np.round(score, 2))
+peaks = {en: in_tokens[int(np.argmax(cross[best][out_words[en]].sum(axis=0)))].lstrip("▁")
+         for en in ("black", "cat") if en in out_words}
+print(f"decoder_layer{layer + 1}_block2, head {head + 1} carries the swap (black → preto, cat → gato):",
+      peaks == {"black": "preto", "cat": "gato"})
+plot_attention_head(in_tokens, out_tokens, cross[best], title=f"decoder_layer{layer + 1}_block2, head {head + 1}: "
+                    + ", ".join(f"{en} → {pt}" for en, pt in peaks.items()))
 
 # %% [markdown]
 # A longer sentence with two swaps: the adjective and noun, and the possessor
@@ -303,7 +327,8 @@ plot_attention_weights(long.input_tokens, long.tokens[1:], long.attention_weight
 #
 # The decoder's queries, keys and values are its own input, the right-shifted
 # translation (`[START]` and the tokens so far). The look-ahead mask leaves the
-# upper triangle empty: no row looks at a later column.
+# upper triangle empty, no row looking at a later column; the `assert` checks it
+# for every decoder layer and head.
 
 # %%
 decoder_inputs = tokens[:-1]  # [START] and the tokens before the last
@@ -312,6 +337,7 @@ plot_attention_weights(decoder_inputs, decoder_inputs, weights, layer_name="deco
 # %%
 above_diagonal = max(float(np.triu(weights[f"decoder_layer{i}_block1"], k=1).max()) for i in range(1, last + 1))
 print(f"largest weight above the diagonal, all decoder layers and heads: {above_diagonal:.1e}")
+assert above_diagonal < 1e-6
 
 # %% [markdown]
 # > "The encoder contains self-attention layers. In a self-attention layer all of
@@ -320,16 +346,37 @@ print(f"largest weight above the diagonal, all decoder layers and heads: {above_
 # > attend to all positions in the previous layer of the encoder." (§3.2.3)
 #
 # No mask other than padding: each Portuguese token may look both ways. The
-# encoder's heads are less crisp than the encoder-decoder heads above (the toy
-# task mostly needs each word carried through with a little context); look for
-# heads that attend to a neighbouring token, and heads that park their weight on
-# `[START]` or `[END]`, a common way for a head to do nearly nothing.
+# cell after the two figures measures each encoder head: how peaked its rows
+# are (the mean of each row's largest weight; 1 is one key per query), and
+# where most of its rows peak: on the token itself, a neighbour, farther, or on
+# `[START]` or `[END]` (a common way for a head to do nearly nothing). Its last
+# line compares the peaks with those of the encoder-decoder heads above.
 
 # %%
 plot_attention_weights(in_tokens, in_tokens, weights, layer_name="encoder_layer1")
 
 # %%
 plot_attention_weights(in_tokens, in_tokens, weights, layer_name=f"encoder_layer{last}")
+
+# %%
+def where_rows_peak(head, tokens):
+    """Where most rows of a self-attention head (queries, keys) put their largest weight."""
+    def place(row, key):
+        if tokens[key] in ("[START]", "[END]"):
+            return tokens[key]
+        return {0: "itself", -1: "the previous token", 1: "the next token"}.get(key - row, "farther")
+    (kind, count), = Counter(place(row, key) for row, key in enumerate(head.argmax(axis=-1))).most_common(1)
+    return f"{kind} ({count} of {len(head)} rows)"
+
+
+for i in range(1, last + 1):
+    for h, head in enumerate(weights[f"encoder_layer{i}"]):  # (queries, keys)
+        print(f"encoder_layer{i}, head {h + 1}: peak weight {head.max(axis=-1).mean():.2f}, "
+              f"most rows peak on {where_rows_peak(head, in_tokens)}")
+mean_peak = {kind: np.mean([weights[f"{prefix}{i}{suffix}"].max(axis=-1).mean() for i in range(1, last + 1)])
+             for kind, prefix, suffix in (("encoder self-attention", "encoder_layer", ""),
+                                          ("encoder-decoder attention", "decoder_layer", "_block2"))}
+print("mean peak weight:", ", ".join(f"{kind} {peak:.2f}" for kind, peak in mean_peak.items()))
 
 # %% [markdown]
 # ## 7. Every layer and head at once
@@ -377,10 +424,15 @@ show_attention_explorer(results[0].attention_weights, results[0].input_tokens, r
 # ## Beam search and the test split
 #
 # The paper decodes with beam search (beam size 4, length penalty
-# $\alpha = 0.6$, §6.1). On the toy corpus greedy decoding is usually as good;
-# the evaluation `train` wrote used greedy decoding on the held-out test split.
+# $\alpha = 0.6$, §6.1). The cell below translates the sentences of section 4
+# with beam 4 and compares with the greedy translations above, then prints the
+# evaluation `train` wrote on the held-out test split, with its beam size
+# (1 is greedy).
 
 # %%
-for source, result in zip(list(sentences)[:3], translator(list(sentences)[:3], search=Beam(4)), strict=True):
-    print(f"{source:<40} -> {result.text}  (score {result.score:.2f})")
-print("test split:", {key: metrics["test"][key] for key in ("num_sentences", "exact_match", "bleu")})
+beam_results = translator(list(sentences), search=Beam(4))
+for source, greedy, beam in zip(sentences, results, beam_results, strict=True):
+    print(f"{'same' if beam.text == greedy.text else 'DIFF'} {source:<48} -> {beam.text}  (score {beam.score:.2f})")
+print(f"beam 4 and greedy agree on {sum(b.text == g.text for b, g in zip(beam_results, results, strict=True))} "
+      f"of {len(sentences)} sentences")
+print("test split:", {key: metrics["test"][key] for key in ("num_sentences", "beam_size", "exact_match", "bleu")})
