@@ -78,7 +78,9 @@ def _missing(path: Path, text: str, roots: set[str], names: set[str]) -> list[st
                 base = path.parent
             elif first in roots:
                 base = REPO
-            elif first and (path.parent / first).is_dir():
+            elif first and path.parent != REPO and (path.parent / first).is_dir():
+                # At the top, only FOLDERS are the repository's: a reader's
+                # `runs/` or `data/` beside README.md is not.
                 base = path.parent
             else:
                 continue  # the reader's own path (runs/toy, data/train.tsv)
