@@ -275,3 +275,37 @@ def write_json(path: Path, record) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# --- Entry points with modes ----------------------------------------------------------------
+
+
+def run_mode(argv, doc: str, modes: dict[str, tuple[str, str]], entry: str) -> int:
+    """Runs one mode of an entry point: `argv[0]` names it, `modes` maps each name
+    to `(module, one-line summary)`. Only that mode's module is imported (a
+    worker that must not load TensorFlow does not); the module gives
+    `add_arguments(parser)` and `run(args, parser) -> exit code`, and
+    `args.entry` is the entry point's path, for workers to call it again.
+    """
+    import argparse
+    import importlib
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    summary = "\n".join(f"  {name:12s} {text}" for name, (_, text) in modes.items())
+    if not argv or argv[0] not in modes:
+        first = doc.split("\n\n")[0]
+        print(f"{first}\n\nusage: {Path(entry).name} MODE [options]; "
+              f"MODE --help for its options. Modes:\n{summary}",
+              file=sys.stdout if argv[:1] in (["-h"], ["--help"]) else sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    module = importlib.import_module(modes[argv[0]][0])
+    parser = argparse.ArgumentParser(prog=f"{Path(entry).name} {argv[0]}",
+                                     description=(module.__doc__ or "").split("\n\n")[0])
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    args.entry = str(Path(entry).resolve())
+    try:
+        return module.run(args, parser)
+    except BenchError as error:
+        print(f"{Path(entry).stem} {argv[0]}: {error}", file=sys.stderr)
+        return 1

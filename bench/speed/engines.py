@@ -1,4 +1,4 @@
-"""Decoding engines side by side: translate.py's TensorFlow path against CTranslate2.
+"""`bench/decode_speed.py engines`: translate.py's TensorFlow path against CTranslate2.
 
 One run directory and its test split, translated by each engine in its own
 process, one after the other (never two at once):
@@ -17,15 +17,16 @@ Measured: start-up (process start to the first translation of one sentence:
 imports, loading, TensorFlow's tracing), sentences per second over the whole
 split (after a warm-up call of eight sentences per search, which traces
 TensorFlow's loop), BLEU (sacrebleu, 13a, lower-cased, as
-bench/real_text_scoring.py), and the share of translations equal to the
+bench/common.py), and the share of translations equal to the
 float32 TensorFlow engine's (the reference: `tf-float32`, or `tf` for a
 float32 run) with the same search, and how far the scores of the equal ones
 are apart. Results: `bench/results/decode_engines_<name>.json` (`--name`) and a table on
 standard output naming the CPU.
 
 Commands (a run written by train.py, and its test split):
-    python bench/decode_engines.py --run runs/ui --test ui-es-en/test.tsv --name ui
-    python bench/decode_engines.py --run runs/toy --test toy_test.tsv --limit 200
+    python bench/decode_speed.py engines --run runs/ui --test ui-es-en/test.tsv --name ui
+    python bench/decode_speed.py engines --run runs/toy --test toy_test.tsv --limit 200
+    python bench/decode_speed.py engines --table bench/results/decode_engines_ui5.json
 """
 
 from __future__ import annotations
@@ -39,25 +40,19 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from common import REPO, RESULTS, BenchError, bleu_lc, machine, pinned, read_pairs, worker_json
 
-from real_text_scoring import machine  # noqa: E402
-
-from transformer import rundir  # noqa: E402
-from transformer.strategies import Beam, Greedy  # noqa: E402
+from transformer import rundir
+from transformer.strategies import Beam, Greedy
 
 SEARCHES = {"greedy": Greedy(), "beam4": Beam(4, 0.6)}
 CORES = {1: "1", 2: "0,1"}  # taskset CPU lists
 WARM_UP = 8  # sentences translated once per search before the timed pass
 
 
-def read_pairs(path, limit=None):
+def split_pairs(path, limit=None):
     """`(sources, references)` of a TSV file (the first two columns)."""
-    pairs = [line.split("\t")[:2] for line in
-             Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    pairs = [pair for pair in pairs if len(pair) == 2][:limit]
+    pairs = read_pairs(path, limit)
     return [s for s, _ in pairs], [r for _, r in pairs]
 
 
@@ -117,7 +112,7 @@ def ctranslate2_engine(run, variant, threads, patience=None):
 
 def worker(args):
     """Times one engine; prints one JSON object on the last line of standard output."""
-    sources, _ = read_pairs(args.test, args.limit)
+    sources, _ = split_pairs(args.test, args.limit)
     if args.worker.startswith("tf"):
         translate, precision = tensorflow_engine(args.run, args.worker, args.threads)
     else:
@@ -145,34 +140,23 @@ def export_models(run):
     """The run's CTranslate2 exports, float32 and int8 (converted once, not timed)."""
     for quantization in ("float32", "int8"):
         done = subprocess.run([sys.executable, "-m", "transformer.cli.export", str(run),
-                               "--quantization", quantization], cwd=ROOT, capture_output=True,
+                               "--quantization", quantization], cwd=REPO, capture_output=True,
                               text=True)
         if done.returncode:
-            raise SystemExit(done.stderr.strip())
+            raise BenchError(done.stderr.strip())
 
 
 def run_worker(args, variant, threads):
-    command = ["taskset", "-c", CORES[threads], sys.executable, str(Path(__file__).resolve()),
-               "--run", str(args.run), "--test", str(args.test), "--worker", variant,
-               "--threads", str(threads), "--spawned", repr(time.time()),
-               "--searches", *args.searches]
+    command = pinned([sys.executable, args.entry, "engines",
+                      "--run", str(args.run), "--test", str(args.test), "--worker", variant,
+                      "--threads", str(threads), "--spawned", repr(time.time()),
+                      "--searches", *args.searches], CORES[threads])
     if args.limit:
         command += ["--limit", str(args.limit)]
     if args.patience is not None:
         command += ["--patience", str(args.patience)]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    if done.returncode:
-        print(done.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"{variant} on {threads} core(s) failed (exit {done.returncode})")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def bleu(hypotheses, references):
-    import sacrebleu
-
-    metric = sacrebleu.BLEU(lowercase=True, tokenize="13a")
-    return round(float(metric.corpus_score(list(hypotheses), [list(references)]).score), 2)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
+    return worker_json(command, env, f"{variant} on {threads} core(s)")
 
 
 def compare(results, references, reference_variant):
@@ -195,7 +179,7 @@ def compare(results, references, reference_variant):
                 "cores": record["threads"], "search": name,
                 "sentences_per_s": round(len(out["texts"]) / out["seconds"], 2),
                 "seconds": out["seconds"], "startup_s": record["startup_s"],
-                "bleu_lc_13a": bleu(out["texts"], references),
+                "bleu_lc_13a": bleu_lc(out["texts"], references),
                 "agreement": round(len(equal) / len(out["texts"]), 4),
                 "agreeing": len(equal),
                 "agreement_with_tf": round(same / len(out["texts"]), 4),
@@ -250,7 +234,7 @@ def print_table(record):
 
 
 def driver(args):
-    sources, references = read_pairs(args.test, args.limit)
+    sources, references = split_pairs(args.test, args.limit)
     saved = rundir.read_json(Path(args.run) / rundir.CONFIG_FILE).get("precision", "float32")
     variants = ["tf", *(["tf-float32"] if saved != "float32" else []), "ct2-float32",
                 "ct2-int8"]
@@ -270,23 +254,22 @@ def driver(args):
               "command": " ".join(sys.argv), "rows": compare(results, references, reference),
               "outputs": compact(results)}
     name = f"decode_engines_{args.name}.json" if args.name else "decode_engines.json"
-    path = ROOT / "bench" / "results" / name
+    path = RESULTS / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
     print_table(record)
-    print(f"\nwritten: {path.relative_to(ROOT)}")
+    print(f"\nwritten: {path.relative_to(REPO)}")
 
 
 def table(path):
     """Prints the table of a results file again (its rows recomputed from its outputs)."""
     record = json.loads(Path(path).read_text(encoding="utf-8"))
-    _, references = read_pairs(record["test"], record["sentences"])
+    _, references = split_pairs(record["test"], record["sentences"])
     record["rows"] = compare(expand(record["outputs"]), references, record["reference"])
     print_table(record)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", type=Path, help="a run directory (train.py)")
     parser.add_argument("--test", type=Path, help="the test split, a TSV file")
     parser.add_argument("--table", type=Path, default=None,
@@ -302,7 +285,10 @@ def main(argv=None) -> int:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+
+
+def run(args, parser) -> int:
+    """The `engines` mode: a table again (`--table`), a worker, or the whole comparison."""
     if args.table:
         table(args.table)
     elif not (args.run and args.test):
@@ -312,7 +298,3 @@ def main(argv=None) -> int:
     else:
         driver(args)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
