@@ -1,4 +1,4 @@
-"""How `bench/train_speed.py` times a training step and tells where its time goes.
+"""How `bench/train_speed.py keras` times a training step and tells where its time goes.
 
 The step's FLOPs counted by hand (`step_flops`), the machine's matmul ceiling
 (`matmul_ceiling_fn`), the step's matmuls alone at their real shapes
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from train_speed_contenders import WORKLOADS, build_model, make_batch
 
+from speed.contenders import WORKLOADS, build_model, make_batch
 from transformer.model_config import PRESETS, TransformerConfig
 
 CEILING_N = 2048  # the ceiling: one (N x N) @ (N x N) matmul, 2 N^3 FLOPs

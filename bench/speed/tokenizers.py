@@ -1,4 +1,4 @@
-"""Tokenizer benchmark: WordPiece against SentencePiece on a real corpus.
+"""`bench/train_speed.py tokenizers`: WordPiece against SentencePiece on a real corpus.
 
 For each tokenizer setup, on the training pairs of a TSV file:
 
@@ -19,27 +19,24 @@ both sides, section 3.4 of the paper). Results are printed as a Markdown
 table and written to `bench/results/tokenizer_speed.json`.
 
 Commands:
-    python bench/tokenizer_speed.py --data ui-es-en/train.tsv
-    python bench/tokenizer_speed.py --data por.tsv --source-column 1 --target-column 0
+    python bench/train_speed.py tokenizers --data ui-es-en/train.tsv
+    python bench/train_speed.py tokenizers --data por.tsv --source-column 1 --target-column 0
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import logging
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import RESULTS, machine  # noqa: E402
 
 from transformer.constants import UNK_ID  # noqa: E402
 from transformer.data import build_tokenizers, read_tsv  # noqa: E402
@@ -50,16 +47,6 @@ SETUPS = {
     "sentencepiece": {"kind": "sentencepiece"},
     "sentencepiece shared": {"kind": "sentencepiece", "shared": True},
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def token_stats(tokenizer, sentences: list[str], chunk: int = 4096) -> dict:
@@ -130,23 +117,25 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, help="a source<TAB>target TSV file")
     parser.add_argument("--source-column", type=int, default=0)
     parser.add_argument("--target-column", type=int, default=1)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument(
-        "--output", default=str(Path(__file__).parent / "results" / "tokenizer_speed.json")
+        "--output", default=str(RESULTS / "tokenizer_speed.json")
     )
-    args = parser.parse_args(argv)
+
+
+def run(args, parser=None) -> int:
+    """The `tokenizers` mode: the vocabulary learners timed, a Markdown table printed."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
     pairs = read_tsv(args.data, args.source_column, args.target_column, skip_bad_lines=True)
     header = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
+        "cpu": machine()["cpu_model"],
         "cpus": os.cpu_count(),
         "tensorflow": tf.__version__,
         "data": args.data,
@@ -163,6 +152,3 @@ def main(argv=None) -> int:
     Path(args.output).write_text(json.dumps({**header, "rows": rows}, indent=2) + "\n")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

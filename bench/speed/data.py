@@ -1,4 +1,4 @@
-"""Data speed benchmark (issue #3): vocabulary building and the input pipeline.
+"""`bench/train_speed.py data`: vocabulary building and the input pipeline.
 
 What it measures, in one process:
 
@@ -18,25 +18,22 @@ What it measures, in one process:
    faster than a training step consumes it.
 
 Commands:
-    python bench/data_speed.py --quick          # toy only, ~1 min
-    python bench/data_speed.py                  # + 50,000-pair corpora, a few minutes
-    python bench/data_speed.py --reference      # + tensorflow_text's learner (slow)
-    python bench/data_speed.py --data por.tsv --source-column 1 --target-column 0
+    python bench/train_speed.py data --quick          # toy only, ~1 min
+    python bench/train_speed.py data                  # + 50,000-pair corpora, a few minutes
+    python bench/train_speed.py data --reference      # + tensorflow_text's learner (slow)
+    python bench/train_speed.py data --data por.tsv --source-column 1 --target-column 0
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -230,8 +227,7 @@ def markdown(rows) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="toy corpus only")
     parser.add_argument(
         "--reference", action="store_true", help="also time tensorflow_text's learner"
@@ -243,7 +239,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--train-steps", type=int, default=30, help="timed training steps")
-    args = parser.parse_args(argv)
+
+
+def run(args, parser=None) -> int:
+    """The `data` mode: the input pipeline timed, a Markdown table printed."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
     print(
@@ -270,6 +269,3 @@ def main(argv=None) -> int:
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,8 @@
-"""The contenders of `bench/train_speed.py` and the batches they train on.
+"""The contenders of `bench/train_speed.py keras` and the batches they train on.
 
 Each contender is built and compiled the way `train.py` builds and compiles
 ours: `ours` (`transformer.Transformer`), `keras_mha` (the reference of the
-bars, bench/reference_keras_mha.py), `keras_hub` (keras-hub's blocks, when
+bars, bench/reference_models.py), `keras_hub` (keras-hub's blocks, when
 installed) and `baseline` (`transformer/` as of a git revision, loaded by
 `load_baseline`). `WORKLOADS` gives the batch shapes of the two presets.
 
@@ -19,7 +19,8 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-from reference_keras_mha import (
+from common import REPO, BenchError
+from reference_models import (
     KerasMHATransformer,
     RefPositionalEmbedding,
     tutorial_masked_loss,
@@ -32,7 +33,6 @@ from transformer.model_config import TransformerConfig
 from transformer.run.recipes import TOY_DEFAULTS
 from transformer.training import MaskedLoss, masked_accuracy
 
-ROOT = Path(__file__).resolve().parents[1]
 CONTENDERS = ("ours", "keras_mha", "keras_hub")
 REFERENCE = "keras_mha"
 
@@ -107,10 +107,10 @@ def load_baseline(revision: str):
 
     root = Path(tempfile.mkdtemp(prefix="train_speed_baseline_"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "transformer"],
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "transformer"],
                              capture_output=True, check=False)
     if archive.returncode:
-        raise SystemExit(f"git archive {revision} failed: {archive.stderr.decode().strip()}")
+        raise BenchError(f"git archive {revision} failed: {archive.stderr.decode().strip()}")
     tar_path = root / "baseline.tar"
     tar_path.write_bytes(archive.stdout)
     with tarfile.open(tar_path) as tar:
@@ -206,7 +206,7 @@ def make_batch(work, seed=0):
 
 def max_logit_difference(cfg, work):
     """Max |logits(ours) - logits(reference)| with our weights copied in (float32, no dropout)."""
-    from reference_keras_mha import copy_weights_from_ours
+    from reference_models import copy_weights_from_ours
 
     keras.utils.set_random_seed(0)
     small = dataclasses.replace(cfg)

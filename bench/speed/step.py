@@ -1,33 +1,41 @@
-"""Training steps of the real-text defaults: what the kernels of a step cost.
+"""`bench/train_speed.py step`: the real-text training step, and what its parts cost.
 
 Times `train.py`'s model on a real corpus (the defaults of `RunConfig(data=...)`:
 one shared SentencePiece vocabulary, tied embeddings, pre-norm, no dropout,
-Adam with a moving average of the weights, the precision it picks for the
-CPU) on the token-budget batches it
-trains on, each variant in its own process, the variants alternating over
-`--rounds` rounds so that the ratios are paired within the same minutes of a
-shared machine:
+Adam with a moving average of the weights, the precision it picks for the CPU)
+on the token-budget batches it trains on, each variant in its own process (the
+allocators are chosen per process), the variants alternating over `--rounds`
+rounds so that the ratios are paired within the same minutes of a shared
+machine:
 
-- `default`: the library as it is;
+- `default`: the step as `train.py` runs it: TensorFlow's memory pool for CPU
+  tensors (`TF_CPU_ALLOCATOR_USE_BFC=true`), the loss without XLA;
 - `broadcast-logits`: the tied output projection as `tf.matmul` of the 3-D
   decoder output with the table (a broadcast batch product), as it was before
   it became one 2-D product;
-- `keras-adam`: Keras' own Adam update and moving average (about a dozen
-  element-wise operations per weight) instead of `FusedAdam`'s kernels;
+- `keras-adam`: Keras' own Adam update and moving average instead of
+  `FusedAdam`'s kernels;
 - `before`: both of the above, the step as it was;
-- `onednn`: `default` with TensorFlow's oneDNN operations forced on
-  (`TF_ENABLE_ONEDNN_OPTS=1`), which TensorFlow enables by itself only on
-  CPUs with AVX-512.
+- `onednn`: TensorFlow's oneDNN operations forced on (`TF_ENABLE_ONEDNN_OPTS=1`),
+  which TensorFlow enables by itself only on CPUs with AVX-512;
+- `malloc`: glibc's malloc (with `keep_freed_memory`'s thresholds) instead of
+  the memory pool; `arena1`: the same with one malloc arena (`M_ARENA_MAX=1`);
+- `xla-loss`: the loss compiled by XLA, once per new batch shape;
+- `fixed-shapes`: every batch padded to a length that is a multiple of 8
+  (`length_step` of `budget_batches_from_tokens`); `xla-step`: the same with
+  the whole step compiled by XLA.
 
 Each process learns the vocabulary from the training file, runs `--skip`
-steps of the stream untimed (most batch shapes are then built), then times
-`--steps` steps. It reports wall milliseconds per step and per 1,000 real
-target tokens, and the ratio of each variant's time to the first's.
+steps of the stream untimed (most batch shapes are then built; `--skip 5`
+times the first steps instead), then times `--steps` steps. It reports wall
+milliseconds per step and per 1,000 real (not padding) target tokens, and the
+ratio of each variant's time per token to the first variant's.
 
-Command (the development corpus of the project's real-text work), with one
-core per process as `train.py --time-budget` is measured:
-    taskset -c 0 python bench/step_kernels.py --data ui-es-en/train.tsv \\
-        --variants default before broadcast-logits keras-adam onednn --rounds 3
+Command (the development corpus), one core per process as `train.py
+--time-budget` is measured:
+
+    taskset -c 0 python bench/train_speed.py step --data ui-es-en/train.tsv \\
+        --variants default before --rounds 2 --skip 100 --steps 200
 """
 
 from __future__ import annotations
@@ -38,16 +46,14 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from real_text_scoring import machine, variant_rounds  # noqa: E402
+from common import RESULTS, machine, worker_json, write_json
 
-sys.path.insert(0, str(ROOT))
-from transformer.kernels.allocator import BFC_ALLOCATOR_ENV  # noqa: E402 - standard library only
+from transformer.kernels.allocator import BFC_ALLOCATOR_ENV  # standard library only
 
-VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn")
+VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn", "malloc",
+            "arena1", "xla-loss", "fixed-shapes", "xla-step")
+TOKENS = "ms per 1000 target tokens"
 
 
 def _broadcast_logits(self, x):
@@ -92,11 +98,21 @@ def _keras_optimizer(config):
     return keras.optimizers.Adam(fused._learning_rate, **kwargs)
 
 
-def worker(args) -> dict:
-    """One variant in this process; returns wall ms per step and per 1,000 target tokens."""
+def _allocator(variant) -> None:
+    """Sets this process's malloc as the variant asks (before TensorFlow allocates)."""
     from transformer.kernels import allocator
 
     allocator.keep_freed_memory()
+    if variant == "arena1":
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
+
+
+def worker(args) -> dict:
+    """One variant in this process; returns wall ms per step and per 1,000 target tokens."""
+    variant = args.variant
+    _allocator(variant)
     import keras
     import tensorflow as tf
 
@@ -109,7 +125,7 @@ def worker(args) -> dict:
     from transformer.run import RunConfig
     from transformer.run.precision import default_precision
 
-    if args.variant in ("before", "broadcast-logits"):
+    if variant in ("before", "broadcast-logits"):
         model_module.TiedOutputProjection.call = _broadcast_logits
     config = RunConfig(data=args.data, precision=default_precision())  # train.py's choice here
     keras.mixed_precision.set_global_policy(config.precision)
@@ -121,15 +137,17 @@ def worker(args) -> dict:
     keras.utils.set_random_seed(0)
     model = model_module.build_model(config.model, int(tokenizers.source.get_vocab_size()),
                                      int(tokenizers.target.get_vocab_size()))
-    if args.variant in ("before", "keras-adam"):
+    if variant in ("before", "keras-adam"):
         optimizer = _keras_optimizer(config)
     else:
         optimizer = make_optimizer(config.model.d_model, config.warmup_steps,
                                    config.peak_learning_rate, None, config.ema_momentum)
     model.compile(optimizer=optimizer,
-                  loss=training.MaskedLoss(config.label_smoothing, jit_compile=False),
-                  metrics=[training.masked_accuracy])
-    stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0)
+                  loss=training.MaskedLoss(config.label_smoothing,
+                                           jit_compile=variant == "xla-loss"),
+                  metrics=[training.masked_accuracy], jit_compile=variant == "xla-step")
+    length_step = 8 if variant in ("fixed-shapes", "xla-step") else 1
+    stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0, length_step=length_step)
     model.fit(stream.take(args.skip), verbose=0)
     part = stream.skip(args.skip).take(args.steps)
     real = sum(int(tf.math.count_nonzero(labels)) for _, labels in part)
@@ -137,54 +155,59 @@ def worker(args) -> dict:
     model.fit(part, verbose=0)
     seconds = time.perf_counter() - start
     return {"ms per step": round(seconds / args.steps * 1000, 1),
-            "ms per 1000 target tokens": round(seconds / real * 1e6, 1),
+            TOKENS: round(seconds / real * 1e6, 1),
             "optimizer": type(model.optimizer).__name__, "precision": config.precision,
             "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's choice")}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def environment(variant) -> dict:
+    """The worker's environment: the memory pool unless the variant times malloc."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if variant not in ("malloc", "arena1"):
+        env[BFC_ALLOCATOR_ENV] = "true"
+    if variant == "onednn":
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+    return env
+
+
+def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, help="a TSV of training pairs")
     parser.add_argument("--steps", type=int, default=300, help="timed steps")
     parser.add_argument("--skip", type=int, default=300, help="untimed steps before them")
     parser.add_argument("--batch-tokens", type=int, default=357,
                         help="the token budget train.py sizes for the development corpus")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "before"])
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
-    parser.add_argument("--output", default=str(ROOT / "bench/results/step_kernels.json"))
-    args = parser.parse_args(argv)
-    if args.variant:  # a worker process
+    parser.add_argument("--output", default=str(RESULTS / "step_kernels.json"))
+
+
+def run(args, parser=None) -> int:
+    """A worker (`--variant`), or the rounds of every variant and their medians."""
+    if args.variant:
         print(json.dumps(worker(args)))
         return 0
     before = machine()
     arguments = ["--data", args.data, "--steps", str(args.steps), "--skip", str(args.skip),
                  "--batch-tokens", str(args.batch_tokens)]
-
-    def environment(variant):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", BFC_ALLOCATOR_ENV: "true"}
-        if variant == "onednn":
-            env["TF_ENABLE_ONEDNN_OPTS"] = "1"
-        return env
-
-    runs = variant_rounds(__file__, arguments, args.variants, args.rounds, environment)
-    key = "ms per 1000 target tokens"
+    runs = {variant: [] for variant in args.variants}
+    for round_index in range(args.rounds):
+        for variant in args.variants:
+            command = [sys.executable, args.entry, "step", *arguments, "--variant", variant]
+            runs[variant].append(worker_json(command, environment(variant), f"step {variant}"))
+            print(f"round {round_index + 1} {variant}: {runs[variant][-1]}", flush=True)
     summary = {v: {"ms per step": statistics.median(r["ms per step"] for r in results),
-                   key: statistics.median(r[key] for r in results)}
+                   TOKENS: statistics.median(r[TOKENS] for r in results)}
                for v, results in runs.items()}
     reference = args.variants[0]
     print("\nmedians over rounds:")
     for variant, values in summary.items():
-        values["time / " + reference] = round(values[key] / summary[reference][key], 3)
+        values["time / " + reference] = round(values[TOKENS] / summary[reference][TOKENS], 3)
         print(f"  {variant:17s} {values['ms per step']:7.1f} ms per step, "
-              f"{values[key]:7.1f} ms per 1,000 target tokens, "
+              f"{values[TOKENS]:7.1f} ms per 1,000 target tokens, "
               f"{values['time / ' + reference]:.3f}x {reference}'s time")
-    record = {"machine_before": before, "machine_after": machine(),
-              "precision": runs[reference][0]["precision"], "args": vars(args), "runs": runs, "summary": summary}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(record, indent=2))
+    write_json(args.output, {"machine_before": before, "machine_after": machine(),
+                             "precision": runs[reference][0]["precision"],
+                             "args": {k: v for k, v in vars(args).items() if k != "entry"},
+                             "runs": runs, "summary": summary})
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
