@@ -142,7 +142,7 @@ def greedy_translate(model, tokenizers, sentences, max_length=64, batch_size=128
 
 
 def greedy_translate_tutorial(model, tokenizers, sentences, max_length=64):
-    """Greedy decoding with the tutorial's layout (`bench/tutorial_model.py`), as its
+    """Greedy decoding with the tutorial's layout (`bench/reference_models.py`), as its
     `Translator` does it: the whole model runs again on the output so far at every
     step, at most `max_length` tokens ([END] included).
 
@@ -202,7 +202,7 @@ def make_parser():
                         help="reference: our architecture on keras MultiHeadAttention with "
                              "explicit masks (bench/reference_models.py); tutorial: the "
                              "tutorial's own layout with Keras's implicit masks "
-                             "(bench/tutorial_model.py; always key_dim=d_model)")
+                             "(bench/reference_models.py; always key_dim=d_model)")
     parser.add_argument("--warmup-steps", type=int, default=4000)
     parser.add_argument("--label-smoothing", type=float, default=0.0)
     parser.add_argument("--batch-size", type=int, default=64)

@@ -29,7 +29,7 @@ Commands:
     python bench/train_speed.py keras           # everything: presets x precisions, memory,
                                                 # profile, scaling plots -> bench/results/
 
-Outputs (full run): bench/results/train_speed.json, train_speed_table.md,
+Outputs (full run): bench/results/train_speed.json (its tables are printed),
 profile_*.txt, scaling_seq_len.png, scaling_batch.png.
 
 The contenders and their batches are in bench/speed/contenders.py; the
@@ -526,15 +526,11 @@ def print_bars(results, default_precision):
         print(f"  [{'met' if ok else 'NOT met'}] {text}: {shown}")
 
 
-def write_results(out: Path, payload, results):
-    """train_speed.json (everything) and train_speed_table.md (the tables) in `out`."""
+def write_results(out: Path, payload):
+    """train_speed.json (everything; its tables are printed as they are measured) in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_speed.json").write_text(json.dumps(payload, indent=1))
-    table = []
-    for res in results:
-        table += format_config(res) + [""]
-    (out / "train_speed_table.md").write_text("\n".join(table))
-    print(f"wrote {out / 'train_speed.json'} and train_speed_table.md")
+    print(f"wrote {out / 'train_speed.json'}")
 
 
 def run(args, parser=None):
@@ -587,6 +583,6 @@ def run(args, parser=None):
                    "label_smoothing": LABEL_SMOOTHING, "configs": results,
                    "peak_rss_mib": memory, "profiles": profiles, "scaling": scaling_results,
                    "command": " ".join(sys.argv)}
-        write_results(args.out, payload, results)
+        write_results(args.out, payload)
     return 0
 

@@ -162,9 +162,9 @@ def worker(args) -> dict:
 
 def environment(variant) -> dict:
     """The worker's environment: the memory pool unless the variant times malloc."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    if variant not in ("malloc", "arena1"):
-        env[BFC_ALLOCATOR_ENV] = "true"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", BFC_ALLOCATOR_ENV: "true"}
+    if variant in ("malloc", "arena1"):
+        del env[BFC_ALLOCATOR_ENV]
     if variant == "onednn":
         env["TF_ENABLE_ONEDNN_OPTS"] = "1"
     return env

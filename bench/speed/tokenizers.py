@@ -16,7 +16,7 @@ For each tokenizer setup, on the training pairs of a TSV file:
 Setups: `wordpiece` (the tutorial's, lower-cased), `sentencepiece` (one
 unigram model per language) and `sentencepiece shared` (one model learnt on
 both sides, section 3.4 of the paper). Results are printed as a Markdown
-table and written to `bench/results/tokenizer_speed.json`.
+table and written to `tokenizer_speed.json` in the results folder (`--output`).
 
 Commands:
     python bench/train_speed.py tokenizers --data ui-es-en/train.tsv
