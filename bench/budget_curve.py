@@ -15,9 +15,9 @@ where it stopped. `--translate` also decodes the test split with `translate.py
 --beam 4` on the same core and scores it as the peer is scored (copyable
 tokens included); that costs a second decoding of the test split.
 
-It writes one JSON per corpus (`--json`). `--from-json` regenerates the
-report's table (`--table`, Markdown) and plot (`--plot`) from such files and the
-peer's JSON alone, without TensorFlow.
+It writes one JSON per corpus (`RUNS/{corpus}.json`, or `--json` for a single
+corpus). `--from-json` regenerates the report's table (`--table`, Markdown) and
+plot (`--plot`) from such files and the peer's JSON alone, without TensorFlow.
 
 Example (the peer on the other core at the same time):
 
@@ -66,11 +66,11 @@ def run_name(corpus: Path, minutes: float, seed: int) -> str:
     return f"{corpus.name}_{minutes:g}min_s{seed}"
 
 
-def train_command(args, minutes: float, seed: int, run_dir: Path) -> list[str]:
-    """The pinned `train.py` command of one budget and seed."""
+def train_command(args, corpus: Path, minutes: float, seed: int, run_dir: Path) -> list[str]:
+    """The pinned `train.py` command of one corpus, budget and seed."""
     command = [sys.executable, str(REPO / "train.py")]
     for flag, split in zip(("--data", "--valid", "--test"), SPLITS, strict=True):
-        command += [flag, str(args.corpus / f"{split}.tsv")]
+        command += [flag, str(corpus / f"{split}.tsv")]
     command += ["--time-budget", f"{minutes:g}m", "--seed", str(seed),
                 "--output-dir", str(run_dir), *shlex.split(args.train_args)]
     return pinned(command, args.core)
@@ -112,11 +112,11 @@ def translate_and_score(args, run_dir: Path, pairs) -> dict:
             "copyable_tokens": copyable_share(sources, references, hypotheses)}
 
 
-def train_one(args, minutes: float, seed: int) -> dict:
+def train_one(args, corpus: Path, minutes: float, seed: int) -> dict:
     """Trains one budget and seed unless its run is finished; returns its record."""
-    name = run_name(args.corpus, minutes, seed)
+    name = run_name(corpus, minutes, seed)
     run_dir = args.runs / name
-    command = train_command(args, minutes, seed, run_dir)
+    command = train_command(args, corpus, minutes, seed, run_dir)
     wall = None
     if not (run_dir / "metrics.json").is_file():
         resume = ["--resume"] if (run_dir / "config.json").is_file() else []
@@ -133,29 +133,36 @@ def train_one(args, minutes: float, seed: int) -> dict:
 
 
 def measure(args) -> int:
-    for split in SPLITS:
-        if not (args.corpus / f"{split}.tsv").is_file():
-            raise BenchError(f"{args.corpus / (split + '.tsv')} not found (--corpus DIR)")
+    """Every corpus in turn, each with its own results file."""
+    for corpus in args.corpus:
+        for split in SPLITS:
+            if not (corpus / f"{split}.tsv").is_file():
+                raise BenchError(f"{corpus / (split + '.tsv')} not found (--corpus DIR)")
     args.runs = args.runs or REPO / "runs" / "budget_curve"
     args.runs.mkdir(parents=True, exist_ok=True)
-    json_path = args.json or REPO / "runs" / "budget_curve" / f"{args.corpus.name}.json"
-    pairs = read_pairs(args.corpus / "test.tsv") if args.translate else None
-    record = {"date": datetime.date.today().isoformat(), "corpus": args.corpus.name,
-              "label": args.label or _label(args.corpus.name, args.train_args),
+    for corpus in args.corpus:
+        measure_corpus(args, corpus, args.json or args.runs / f"{corpus.name}.json")
+    return 0
+
+
+def measure_corpus(args, corpus: Path, json_path: Path) -> None:
+    """Every budget and seed on one corpus; the results file is rewritten after each run."""
+    pairs = read_pairs(corpus / "test.tsv") if args.translate else None
+    record = {"date": datetime.date.today().isoformat(), "corpus": corpus.name,
+              "label": args.label or _label(corpus.name, args.train_args),
               "train_args": args.train_args, "core": args.core,
               "machine_before": machine(), "runs": []}
     for minutes in args.budgets:
         for seed in args.seeds:
-            run = train_one(args, minutes, seed)
+            run = train_one(args, corpus, minutes, seed)
             if args.translate:
                 run["translate_beam4"] = translate_and_score(args, Path(run["run_dir"]), pairs)
             record["runs"].append(run)
             record["machine_after"] = machine()
             write_json(json_path, record)  # after every run: a partial file is usable
-            print(f"{minutes:g} min, seed {seed}: {run['updates']} updates, "
+            print(f"{corpus.name}, {minutes:g} min, seed {seed}: {run['updates']} updates, "
                   f"{run['epochs']} epochs, BLEU lc {run['bleu_lc']}", flush=True)
     print(f"written: {json_path}")
-    return 0
 
 
 def _label(corpus: str, train_args: str) -> str:
@@ -281,21 +288,23 @@ def report(args) -> int:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                        help="directory with train.tsv, valid.tsv, test.tsv (default: "
-                        "ui-es-en, the development corpus)")
+    parser.add_argument("--corpus", type=Path, nargs="+", default=[DEFAULT_CORPUS],
+                        help="directories with train.tsv, valid.tsv, test.tsv, one results "
+                        "file each (default: ui-es-en, the development corpus)")
     parser.add_argument("--budgets", type=float, nargs="+", default=[5, 10, 15],
                         help="training budgets in minutes")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="train.py --seed")
     parser.add_argument("--core", type=int, default=0, help="the one CPU core (taskset -c)")
     parser.add_argument("--runs", type=Path, default=None,
-                        help="where the run directories go (default: runs/budget_curve)")
+                        help="RUNS, where the run directories and results files go "
+                        "(default: runs/budget_curve)")
     parser.add_argument("--train-args", default="", help="more train.py options, quoted")
     parser.add_argument("--translate", action="store_true",
                         help="also decode the test split with translate.py --beam 4 and score "
                         "it as the peer is (copyable tokens): a second decoding per run")
     parser.add_argument("--json", type=Path, default=None,
-                        help="the results file (default: runs/budget_curve/<corpus>.json)")
+                        help="the results file of a single corpus (default: "
+                        "RUNS/{corpus}.json)")
     parser.add_argument("--label", default=None,
                         help="the series' name in the table and plot (default: the corpus "
                         "and --train-args); with --from-json, one name for all the files")
@@ -311,6 +320,8 @@ def parse_args(argv=None):
         parser.error("--table, --plot and --peer go with --from-json")
     if args.from_json is not None and not (args.table or args.plot):
         parser.error("--from-json needs --table or --plot")
+    if args.json and len(args.corpus) > 1:
+        parser.error("--json names the results file of one corpus; with several, leave it out")
     return args
 
 

@@ -108,3 +108,10 @@ def test_worker_json_returns_the_last_line_and_reports_a_failure(capsys):
     with pytest.raises(common.BenchError, match="the worker failed"):
         common.worker_json(failing, None, "the worker")
     assert "broken" in capsys.readouterr().err
+
+
+def test_the_examples_in_the_docstrings_run():
+    import doctest
+
+    failed, attempted = doctest.testmod(common, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert attempted >= 4 and failed == 0

@@ -111,7 +111,7 @@ def test_report_options_need_from_json_and_a_bad_file_is_one_line(tmp_path, caps
 def test_the_train_command_is_train_py_pinned_with_the_budget_and_seed(tmp_path):
     args = budget_curve.parse_args(["--corpus", str(tmp_path / "bible"), "--core", "1",
                                     "--train-args", "--epochs 40"])
-    command = budget_curve.train_command(args, 15.0, 2, tmp_path / "run")
+    command = budget_curve.train_command(args, args.corpus[0], 15.0, 2, tmp_path / "run")
     assert command[:3] == ["taskset", "-c", "1"]
     assert command[4].endswith("train.py")
     assert command[5:] == [
@@ -142,3 +142,28 @@ def test_finished_runs_are_read_from_their_metrics_not_trained_again(tmp_path, m
         3721, 4.34, 33.73, 33.24)
     assert record["seed"] == 0 and record["command_wall_seconds"] is None
     assert "--seed 0" in record["command"] and "--time-budget 5m" in record["command"]
+
+
+def test_each_corpus_has_its_own_results_file_and_json_names_only_one(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for name, bleu in (("ui-es-en", 33.7306), ("bible-es-en", 8.4179)):
+        corpus = tmp_path / name
+        corpus.mkdir()
+        for split in ("train", "valid", "test"):
+            (corpus / f"{split}.tsv").write_text("hola\thello\n", encoding="utf-8")
+        run = runs / f"{name}_5min_s1"
+        run.mkdir(parents=True)
+        _write(run / "config.json", {"steps_per_epoch": 100})
+        _write(run / "metrics.json", {"final_step": 250, "train_seconds": 300.0, "test": {
+            "bleu": bleu - 0.5, "bleu_lowercase": bleu}})
+    monkeypatch.setattr(budget_curve, "machine", lambda: {})
+    monkeypatch.setattr(budget_curve.subprocess, "run", lambda *a, **k: pytest.fail("trained"))
+    corpora = [str(tmp_path / "ui-es-en"), str(tmp_path / "bible-es-en")]
+    assert budget_curve.main(["--corpus", *corpora, "--budgets", "5", "--seeds", "1",
+                              "--runs", str(runs)]) == 0
+    bible = json.loads((runs / "bible-es-en.json").read_text(encoding="utf-8"))
+    assert bible["corpus"] == "bible-es-en" and bible["runs"][0]["bleu_lc"] == 8.42
+    assert json.loads((runs / "ui-es-en.json").read_text(encoding="utf-8"))["runs"][0][
+        "epochs"] == 2.5
+    with pytest.raises(SystemExit):
+        budget_curve.main(["--corpus", *corpora, "--json", str(tmp_path / "one.json")])
