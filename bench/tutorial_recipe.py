@@ -7,7 +7,7 @@ its Transformer this way, and this script does the same on any
 - WordPiece vocabularies of up to 8,000 per language learnt from the training
   pairs (`transformer.data.build_tokenizers`, equal to tensorflow_text's
   `bert_vocab_from_dataset`, lower-cased, accents stripped);
-- the model of `bench/reference_keras_mha.py` (our architecture on
+- the model of `bench/reference_models.py` (our architecture on
   `keras.layers.MultiHeadAttention`) at the tutorial's sizes (4 layers,
   d_model 128, 8 heads, dff 512, dropout 0.1) with the tutorial's
   `key_dim=d_model` (per-head depth 128, `--key-dim heads` for the paper's
@@ -19,7 +19,7 @@ its Transformer this way, and this script does the same on any
   `Translator` default `max_length=64`);
 - sacrebleu BLEU of the detokenized output against the raw references,
   lower-cased 13a and cased 13a (and `train.py`'s normalized BLEU, for
-  comparison): see `bench/real_text_scoring.py`.
+  comparison): see `bench/common.py`.
 
 Remaining differences from the tutorial, kept to share the project's pipeline:
 the batches come from `transformer.data.batching` (a full shuffle of the pairs
@@ -52,9 +52,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from real_text_scoring import bleu_all_ways, length_report, machine  # noqa: E402
-from reference_keras_mha import KerasMHATransformer, tutorial_masked_loss  # noqa: E402
-from tutorial_model import TutorialTransformer  # noqa: E402
+from common import bleu_all_ways, length_report, machine  # noqa: E402
+from reference_models import (  # noqa: E402
+    KerasMHATransformer,
+    TutorialTransformer,
+    tutorial_masked_loss,
+)
 
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
 from transformer.data import build_tokenizers, load_corpus  # noqa: E402
@@ -139,7 +142,7 @@ def greedy_translate(model, tokenizers, sentences, max_length=64, batch_size=128
 
 
 def greedy_translate_tutorial(model, tokenizers, sentences, max_length=64):
-    """Greedy decoding with the tutorial's layout (`bench/tutorial_model.py`), as its
+    """Greedy decoding with the tutorial's layout (`bench/reference_models.py`), as its
     `Translator` does it: the whole model runs again on the output so far at every
     step, at most `max_length` tokens ([END] included).
 
@@ -197,9 +200,9 @@ def make_parser():
                              "(the paper's and ours)")
     parser.add_argument("--model", choices=("reference", "tutorial"), default="reference",
                         help="reference: our architecture on keras MultiHeadAttention with "
-                             "explicit masks (bench/reference_keras_mha.py); tutorial: the "
+                             "explicit masks (bench/reference_models.py); tutorial: the "
                              "tutorial's own layout with Keras's implicit masks "
-                             "(bench/tutorial_model.py; always key_dim=d_model)")
+                             "(bench/reference_models.py; always key_dim=d_model)")
     parser.add_argument("--warmup-steps", type=int, default=4000)
     parser.add_argument("--label-smoothing", type=float, default=0.0)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -268,8 +271,8 @@ def train(model, args, train_ds, valid_ds):
 def settings(args, key_dim, src_vocab, tgt_vocab, params):
     """The settings of the run, as its JSON records them."""
     return {
-        "model": ("bench/tutorial_model.TutorialTransformer" if args.model == "tutorial"
-                  else "bench/reference_keras_mha.KerasMHATransformer"),
+        "model": ("bench/reference_models.TutorialTransformer" if args.model == "tutorial"
+                  else "bench/reference_models.KerasMHATransformer"),
         "num_layers": NUM_LAYERS, "d_model": D_MODEL, "num_heads": NUM_HEADS,
         "dff": DFF, "dropout_rate": DROPOUT, "key_dim": key_dim,
         "warmup_steps": args.warmup_steps, "label_smoothing": args.label_smoothing,

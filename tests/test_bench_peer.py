@@ -1,10 +1,10 @@
-"""The peer benchmark's pure-Python parts: the copyable-token measure, the
-JoeyNMT configs and their parameter count (JoeyNMT itself is not installed here)."""
+"""The peer benchmark's pure-Python parts: the JoeyNMT configs and their
+parameter count, and reading JoeyNMT's report (JoeyNMT itself is not installed
+here). The shared scoring is tested in tests/test_bench_common.py."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -21,49 +21,12 @@ def _load(name: str, path: Path):
     return module
 
 
-copyable = _load("copyable_tokens", BENCH / "copyable_tokens.py")
 configs = _load("configs", BENCH / "peer_joeynmt" / "configs.py")
 run = _load("peer_joeynmt_run", BENCH / "peer_joeynmt" / "run.py")
 
 ARCH = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512,
         "normalize_first": True, "tie_embeddings": True}
 DATA = dict.fromkeys(("train", "dev", "test", "model_file", "vocab_file"), "x")
-
-
-@pytest.mark.parametrize("token, kinds", [
-    ("GNOME", ["inner_capital"]), ("iPhone", ["inner_capital"]), ("Archivo", []),
-    ("v2.0", ["digit"]), ("/etc/fstab", ["slash"]), ("--help", ["leading_dash"]),
-    ("-v", ["leading_dash"]), ("-", []), ("--", []), ("x86_64/", ["digit", "slash"]),
-])
-def test_kinds_of_copyable_tokens(token, kinds):
-    assert copyable.kinds(token) == kinds
-
-
-def test_copyable_share_counts_tokens_the_reference_keeps_and_the_output_copies():
-    sources = ['Abrir "/etc/fstab" con -v', "Versión 2.0 de GNOME", "Guardar como PDF"]
-    references = ["Open /etc/fstab with -v", "GNOME version 2.0.", "Save as pdf"]
-    outputs = ["Open /etc/fstab with -V", "Version 2.0 of Gnome", "Save as PDF"]
-    result = copyable.copyable_share(sources, references, outputs)
-    # Candidates: /etc/fstab, -v, 2.0, GNOME, PDF; the reference keeps all but PDF;
-    # the output copies /etc/fstab and 2.0 ("-V", "Gnome" are changed).
-    assert (result["candidates"], result["copyable"], result["copied"]) == (5, 4, 2)
-    assert result["copied_share"] == 0.5
-    assert result["by_kind"]["inner_capital"] == {"candidates": 2, "copyable": 1, "copied": 0}
-    assert result["by_kind"]["slash"] == {"candidates": 1, "copyable": 1, "copied": 1}
-
-
-def test_copyable_share_counts_repeated_tokens_once_per_copy():
-    result = copyable.copyable_share(["KDE y KDE"], ["KDE and KDE"], ["KDE and kde"])
-    assert (result["copyable"], result["copied"]) == (2, 1)
-
-
-def test_copyable_share_without_copyable_tokens_is_none():
-    assert copyable.copyable_share(["hola"], ["hello"], ["hi"])["copied_share"] is None
-
-
-def test_copyable_share_rejects_sequences_of_different_lengths():
-    with pytest.raises(ValueError, match="2 sources, 2 references, 1 outputs"):
-        copyable.copyable_share(["a", "b"], ["a", "b"], ["a"])
 
 
 def test_recipe_arch_is_the_recipe_at_the_given_architecture():
@@ -140,49 +103,3 @@ def test_validations_are_read_from_joeynmts_report(tmp_path):
     assert run.validations(tmp_path) == [{"step": 30, "valid_bleu": 0.0},
                                          {"step": 600, "valid_bleu": 12.34}]
     assert run.validations(tmp_path / "missing") == []
-
-
-def test_budget_curve_plots_its_runs_beside_the_peer(tmp_path):
-    import json
-
-    budget_curve = _load("budget_curve", BENCH / "budget_curve.py")
-    runs = {"runs": [
-        {"minutes": m, "train_seconds": 60.0 * m, "translate_beam4": {"bleu_lc_13a": b}}
-        for m, b in ((10, 30.0), (5, 20.0))
-    ]}
-    peer = {"setup": "cpu", "minutes": 45.0, "bleu": {"bleu_lc_13a": 25.0}}
-    (tmp_path / "runs.json").write_text(json.dumps(runs), encoding="utf-8")
-    (tmp_path / "peer.json").write_text(json.dumps(peer), encoding="utf-8")
-    png = tmp_path / "curve.png"
-    assert budget_curve.main(["--from-json", str(tmp_path / "runs.json"), "--peer",
-                              str(tmp_path / "peer.json"), "--plot", str(png)]) == 0
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-
-
-def test_budget_curve_joins_files_of_one_label_into_one_line(tmp_path, monkeypatch):
-    import json
-
-    budget_curve = _load("budget_curve", BENCH / "budget_curve.py")
-    paths = []
-    for name, label, minutes in (("a", "defaults", 15), ("b", "defaults", 5), ("c", "other", 15)):
-        record = {"label": label, "runs": [{"minutes": minutes, "train_seconds": 60.0 * minutes,
-                                             "translate_beam4": {"bleu_lc_13a": 1.0}}]}
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(record), encoding="utf-8")
-    drawn = []
-    monkeypatch.setattr(budget_curve, "plot", lambda series, *rest: drawn.append(series))
-    assert budget_curve.main(["--from-json", *map(str, paths)]) == 0
-    [series] = drawn
-    assert [(label, sorted(r["minutes"] for r in runs)) for label, runs in series] == [
-        ("defaults", [5, 15]), ("other", [15])]
-
-def test_machine_record_names_the_cpu_and_the_precision_train_py_picks_there():
-    from transformer.run.precision import cpu_flags, default_precision
-
-    scoring = _load("real_text_scoring", BENCH / "real_text_scoring.py")
-    record = scoring.machine()
-    flags = cpu_flags()
-    assert record["train_py_precision"] == default_precision(flags)
-    assert record["avx512_bf16"] == ("avx512_bf16" in flags)
-    assert record["amx_bf16"] == ("amx_bf16" in flags)
-    assert len(record["loadavg"]) == 3 and record["cpu_count"] == os.cpu_count()

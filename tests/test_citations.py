@@ -59,7 +59,7 @@ def _exists(base: Path, cited: str) -> bool:
         return any(base.glob(cited))
     if (base / cited).exists():
         return True
-    # `bench/tutorial_model.TutorialTransformer`: a module and one of its names.
+    # `bench/reference_models.TutorialTransformer`: a module and one of its names.
     module = cited.rsplit(".", 1)[0]
     return "." in cited and (base / f"{module}.py").is_file()
 

@@ -172,7 +172,7 @@ def test_no_experiment_figures_in_the_library():
 
 def test_the_size_limits_cover_the_package_and_the_bench_scripts():
     checked = {_relative(path) for path in _sized_files()}
-    assert {"transformer/run/trainer.py", "bench/train_speed.py",
+    assert {"transformer/run/trainer.py", "bench/train_speed.py", "bench/speed/step.py",
             "bench/peer_joeynmt/run.py"} <= checked
 
 

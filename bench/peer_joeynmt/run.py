@@ -17,8 +17,7 @@ Steps, each logged:
    the budget (the JSON says which).
 4. Score with sacrebleu: lower-cased 13a (this project's headline BLEU,
    `transformer.run.evaluation.evaluate`), cased 13a and train.py's normalised
-   form (`bench/real_text_scoring.py`), and the share of copyable tokens
-   copied (`bench/copyable_tokens.py`).
+   form, and the share of copyable tokens copied (both in `bench/common.py`).
 
 The JSON (by default `bench/results/peer_joeynmt_<setup>_<minutes>min.json`
 for the whole corpus; in the run directory for a slice) holds the commands,
@@ -54,7 +53,7 @@ sys.path[:0] = [str(REPO), str(BENCH), str(HERE)]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import configs  # noqa: E402
-from copyable_tokens import copyable_share  # noqa: E402
+from common import BenchError, bleu_all_ways, copyable_share, machine, pinned  # noqa: E402
 
 logger = logging.getLogger("peer_joeynmt")
 
@@ -63,10 +62,6 @@ PEER_PYTHON = HERE / ".venv" / "bin" / "python"
 DEFAULT_CORPUS = Path("ui-es-en")
 LANGS = ("es", "en")
 VOCAB_SIZE = 8000
-
-
-class BenchError(Exception):
-    """A problem the benchmark reports in one line and exits non-zero for."""
 
 
 def _write_lines(path: Path, lines) -> None:
@@ -158,8 +153,7 @@ def _write_json(path: Path, config: dict) -> None:
 def run_peer(arguments: list[str], core: int, log_path: Path) -> tuple[list[str], float]:
     """Runs `launch.py` with the peer's Python on one core; returns the command
     and its wall seconds. Raises BenchError with the log's last line on failure."""
-    command = ["taskset", "-c", str(core), str(PEER_PYTHON), str(HERE / "launch.py"),
-               *arguments]
+    command = pinned([str(PEER_PYTHON), str(HERE / "launch.py"), *arguments], core)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
     started = time.monotonic()
@@ -223,8 +217,6 @@ def train_and_decode(config: dict, run_dir: Path, args) -> dict:
 
 
 def score(hypotheses: list[str], pairs) -> dict:
-    from real_text_scoring import bleu_all_ways
-
     if len(hypotheses) != len(pairs):
         raise BenchError(f"JoeyNMT wrote {len(hypotheses)} test translations for "
                          f"{len(pairs)} test pairs.")
@@ -275,8 +267,6 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = parse_args(argv)
-    from real_text_scoring import machine
-
     sliced = bool(args.train_pairs or args.test_pairs)
     tag = f"{args.setup}_{args.minutes:g}min" + ("_slice" if sliced else "")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
