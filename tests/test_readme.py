@@ -163,6 +163,7 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
         CORPUS_MODEL_DEFAULTS,
         MAX_EPOCHS,
         MIN_EPOCHS,
+        PEAK_WARMUP_STEPS,
         SAMPLING_MIN_PASSES,
         TARGET_PAIRS_SEEN,
     )
@@ -176,7 +177,8 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     assert CORPUS_MODEL_DEFAULTS["dropout_rate"] == 0 and "no dropout" in text
     assert CORPUS_DEFAULTS["label_smoothing"] == 0 and "no label smoothing" in text
     assert f"{CORPUS_DEFAULTS['batch_size']} pairs' worth of tokens" in text
-    assert f"the paper's {CORPUS_DEFAULTS['warmup_steps']:,}-step warm-up" in text
+    assert (f"an {CORPUS_DEFAULTS['warmup_steps']:,}-step warm-up to the peak of the paper's "
+            f"{PEAK_WARMUP_STEPS:,}-step one") in text
     assert f"about {TARGET_PAIRS_SEEN:,} pairs, {MIN_EPOCHS} to {MAX_EPOCHS}" in text
     assert f"beam {CORPUS_DEFAULTS['eval_beam_size']} and alpha {DEFAULT_ALPHA}" in text
     assert (f"on course for {SAMPLING_MIN_PASSES} passes or more" in text

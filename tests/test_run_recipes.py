@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import doctest
 
+import pytest
+
 
 def test_the_docstring_examples_hold():
     from transformer.run import recipes
@@ -29,8 +31,11 @@ def test_real_corpora_are_sized_from_the_corpus():
     from transformer.run.recipes import CORPUS_DEFAULTS, size_epochs_and_batches
 
     config = RunConfig(dataset="ted_hrlr_translate/pt_to_en")
-    assert (config.epochs, config.warmup_steps, config.batch_tokens) == (None, 4000, None)
-    assert (config.learning_rate, config.peak_learning_rate) == ("paper", None)
+    assert (config.epochs, config.warmup_steps, config.batch_tokens) == (None, 800, None)
+    # The paper's peak of a 4000-step warm-up, reached in 800 steps.
+    paper_peak = (config.model.d_model * 4000) ** -0.5
+    assert config.learning_rate == config.peak_learning_rate == pytest.approx(paper_peak)
+    assert RunConfig(data="a.tsv", learning_rate="paper").peak_learning_rate is None
     assert (config.average_checkpoints, config.eval_beam_size) == (
         1, CORPUS_DEFAULTS["eval_beam_size"])
     assert RunConfig(data="a.tsv", learning_rate=1e-3).peak_learning_rate == 1e-3

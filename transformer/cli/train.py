@@ -49,6 +49,7 @@ from transformer.run.recipes import (
     CORPUS_MODEL_DEFAULTS,
     MAX_EPOCHS,
     MIN_EPOCHS,
+    PEAK_WARMUP_STEPS,
     TARGET_PAIRS_SEEN,
     TOY_DEFAULTS,
     dataset_defaults,
@@ -138,7 +139,7 @@ def default_context() -> dict:
     return dict(toy=TOY_DEFAULTS, corpus=CORPUS_DEFAULTS, toy_preset=PRESETS["toy"],
                 tutorial_preset=PRESETS["tutorial"], presets=presets,
                 target_pairs_seen=TARGET_PAIRS_SEEN, min_epochs=MIN_EPOCHS,
-                max_epochs=MAX_EPOCHS)
+                max_epochs=MAX_EPOCHS, peak_warmup_steps=PEAK_WARMUP_STEPS)
 
 
 def _default_text(field: dataclasses.Field, option: Option, is_model: bool, context) -> str:

@@ -180,18 +180,19 @@ class RunConfig:
         None, "learning-rate warm-up of the paper's schedule; see --fit-warmup for runs "
         "shorter than that", section="schedule", kind="positive_int", metavar="N",
         default_help="{toy[warmup_steps]} for the toy corpus, {corpus[warmup_steps]} "
-        "otherwise, as in the paper")
-    learning_rate: float | str = setting(
-        PAPER_LEARNING_RATE, "the schedule's peak, reached after the warm-up and then "
-        "decaying as the inverse square root of the step; 'paper' for the paper's "
-        "(d_model * warmup)^-0.5, which grows as the warm-up shrinks", section="schedule",
-        kind="learning_rate", metavar="PEAK")
+        "otherwise; the paper's is 4000")
+    learning_rate: float | str | None = setting(
+        None, "the schedule's peak, reached after the warm-up and then decaying as the "
+        "inverse square root of the step; 'paper' for the paper's (d_model * warmup)^-0.5, "
+        "which grows as the warm-up shrinks", section="schedule", kind="learning_rate",
+        metavar="PEAK", default_help="'paper' for the toy corpus; otherwise the paper's peak "
+        "for a {peak_warmup_steps}-step warm-up, (d_model * {peak_warmup_steps})^-0.5, "
+        "reached in --warmup-steps")
     fit_warmup: bool | None = setting(
         None, "a run shorter than --warmup-steps (by --epochs, or by --time-budget) warms "
-        "up over its whole length to the same peak, so that it ends at the peak; on real "
-        "text that learnt faster than stopping partway up, and than a shorter warm-up "
-        "followed by the decay (BENCHMARKS.md); --no-fit-warmup keeps the paper's warm-up, "
-        "which such a run never finishes", section="schedule", kind="switch")
+        "up over its whole length to the same peak, so that it ends at the peak; "
+        "--no-fit-warmup keeps the paper's warm-up, which such a run never finishes",
+        section="schedule", kind="switch")
     label_smoothing: float | None = setting(
         None, "label smoothing (section 5.4), 0 for none; in runs of a few thousand steps "
         "on real text it lowered BLEU, see BENCHMARKS.md", section="schedule", kind="rate",

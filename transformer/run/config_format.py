@@ -12,7 +12,7 @@ The versions, and what an older file means for the fields it lacks:
 1. the first; the run used WordPiece and batches of `batch_size` pairs.
 2. `tokenizer`, `batch_tokens`, `eval_beam_size`.
 3. `learning_rate`, `average_checkpoints` (older: the paper's schedule, the
-   final weights; both are the fields' defaults).
+   final weights).
 4. `time_budget` (older: none, the field's default).
 5. `shared_vocab`, `fit_warmup` (older: two vocabularies, the paper's warm-up).
 6. `subword_model` (older: SentencePiece's unigram model).
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer import rundir
+from transformer.constants import PAPER_LEARNING_RATE
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
 
@@ -43,6 +44,7 @@ FACT_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version"
 # below the key lack them).
 _ADDED = (
     (2, {"tokenizer": "wordpiece", "batch_tokens": 0}),
+    (3, {"learning_rate": PAPER_LEARNING_RATE}),
     (5, {"shared_vocab": False, "fit_warmup": False}),
     (6, {"subword_model": "unigram"}),
     (8, {"ema_momentum": 0.0}),

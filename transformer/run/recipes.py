@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from transformer.constants import PAPER_LEARNING_RATE
 from transformer.model_config import TransformerConfig
 from transformer.run.precision import default_precision
 
@@ -32,6 +33,8 @@ TOY_DEFAULTS = {
     "epochs": 4,
     # A short warm-up, since the whole run is about a thousand steps.
     "warmup_steps": 400,
+    # The paper's peak for that warm-up, (d_model * warmup_steps)^-0.5.
+    "learning_rate": PAPER_LEARNING_RATE,
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # Byte-pair merges make every toy word one piece (a unigram model of so small
@@ -58,8 +61,11 @@ CORPUS_DEFAULTS = {
     "preset": "tutorial",
     # Half the tutorial's pairs per update: twice the updates in about the same time.
     "batch_size": 32,
-    # The paper's warm-up (section 5.3); `fit_warmup` shortens it for short runs.
-    "warmup_steps": 4000,
+    # A fifth of the paper's warm-up (section 5.3), to the peak of the paper's
+    # (`PEAK_WARMUP_STEPS`): runs of a few thousand updates spend most of them at
+    # a useful rate instead of rising all along. `fit_warmup` shortens it further
+    # for runs shorter than that.
+    "warmup_steps": 800,
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # SentencePiece's own default model.
@@ -84,6 +90,21 @@ CORPUS_DEFAULTS = {
 # Not in CORPUS_DEFAULTS: `epochs` and `batch_tokens`, sized from the corpus
 # (`size_epochs_and_batches`), and averaging, off for every dataset
 # (`RunConfig.average_checkpoints`): in short runs still improving it lowered BLEU.
+
+# Real corpora rise to the paper's peak for a warm-up of this many steps,
+# (d_model * PEAK_WARMUP_STEPS)^-0.5 (1.4e-3 at d_model 128), in their own
+# shorter `warmup_steps`; `--learning-rate` sets another peak.
+PEAK_WARMUP_STEPS = 4000
+
+
+def corpus_peak_learning_rate(d_model: int) -> float:
+    """The peak rate of a real corpus's run: the paper's for `PEAK_WARMUP_STEPS`.
+
+    >>> round(corpus_peak_learning_rate(128), 7)
+    0.0013975
+    """
+    return (d_model * PEAK_WARMUP_STEPS) ** -0.5
+
 
 # Real corpora train without dropout: runs of a few thousand steps underfit
 # (validation accuracy at or above training accuracy). `--dropout` sets it.
@@ -197,6 +218,8 @@ def recipe_defaults(config) -> dict[str, Any]:
         model = dataclasses.replace(model, tie_embeddings=shared)
     if model is not config.model:
         filled["model"] = model
+    if config.learning_rate is None and "learning_rate" not in filled:
+        filled["learning_rate"] = corpus_peak_learning_rate(model.d_model)
     return filled
 
 

@@ -353,7 +353,11 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
             config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps,
             config.ema_momentum,
         )
-        schedule = learning_rate_schedule(optimizer) if config.fit_warmup else None
+        schedule = learning_rate_schedule(optimizer)
+        logger.info("Learning rate: up to %.2e in %d steps%s, then down as 1/sqrt(step).",
+                    schedule.peak, config.warmup_steps,
+                    " (sooner if the run ends sooner)" if config.fit_warmup else "")
+        schedule = schedule if config.fit_warmup else None
         if config.time_budget is not None and schedule is not None:
             # The budget may end the warm-up too (TrainingClock tells the schedule).
             schedule.set_time_progress(0.0)
