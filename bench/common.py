@@ -270,11 +270,23 @@ def worker_json(command: Sequence[str], env: dict | None, what: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def portable(text: str) -> str:
+    """`text` without this machine's paths: the repository's folder and the
+    Python executable, so that a results file reads the same on any machine.
+
+    >>> portable(f"{sys.executable} {REPO}/train.py --seed 0")
+    'python train.py --seed 0'
+    """
+    return text.replace(sys.executable, "python").replace(f"{REPO}/", "")
+
+
 def write_json(path: Path, record) -> None:
-    """`record` as indented UTF-8 JSON at `path` (its folder made)."""
+    """`record` as indented UTF-8 JSON at `path` (its folder made), its strings
+    `portable`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = portable(json.dumps(record, indent=2, ensure_ascii=False))
+    path.write_text(text + "\n", encoding="utf-8")
 
 
 # --- Entry points with modes ----------------------------------------------------------------
