@@ -35,6 +35,8 @@ TINY_TRAINING = {
     "epochs": 2,
     "steps_per_epoch": 75,
     "warmup_steps": 100,
+    # The paper's peak for that warm-up, (d_model * 100)^-0.5: a few steps learn.
+    "learning_rate": "paper",
     "shared_vocab": False,
     "label_smoothing": 0.0,
     "precision": "float32",

@@ -72,7 +72,7 @@ CORPUS_DEFAULTS = {
     "subword_model": "unigram",
     # One vocabulary for both languages, embeddings tied (section 3.4): learnt faster.
     "shared_vocab": True,
-    # A run shorter than the warm-up rises to the paper's peak at its last step
+    # A run shorter than the warm-up rises to the peak at its last step
     # instead of stopping partway up (`CustomSchedule(total_steps=...)`).
     "fit_warmup": True,
     # No label smoothing: in runs of a few thousand steps it lowered BLEU.
