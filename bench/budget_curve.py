@@ -24,7 +24,7 @@ Example (the peer on the other core at the same time):
     python bench/budget_curve.py --corpus ui-es-en --budgets 5 10 15 --seeds 0 1 2 \\
         --core 0 --json runs/budget_curve_ui.json
     python bench/budget_curve.py --from-json runs/budget_curve_ui.json \\
-        --peer bench/results/peer_joeynmt_cpu_45min_zen5.json --plot curve.png --table
+        --peer bench/results/peer_joeynmt_ui-es-en_45min_zen4.json --plot curve.png --table
 """
 
 from __future__ import annotations
