@@ -14,8 +14,10 @@ substitutions:
 Skip rule: a command is skipped when it needs the network or another machine
 (`--download`, `TF_CONFIG`), a path the reader does not have (the development corpus `ui-es-en/`),
 is the install or test command itself (`python3.11 -m venv`, `pip install`,
-`ruff`, `pytest`), or starts a program that runs until stopped (`tensorboard`,
-`jupyter`). Everything else must exit 0; translate commands must print one
+`ruff`, `pytest`), installs system packages (`apt-get`), runs a benchmark of
+`bench/` (minutes to hours; tests/test_bible_corpus.py, tests/test_budget_curve.py
+and the other bench tests run them on small inputs), or starts a program that
+runs until stopped (`tensorboard`, `jupyter`). Everything else must exit 0; translate commands must print one
 line per sentence, none of them empty.
 """
 
@@ -34,7 +36,7 @@ README = REPO / "README.md"
 
 SKIP = re.compile(
     r"--download|TF_CONFIG|\bui-es-en/|python3\.11 -m venv|pip install|\bruff\b|\bpytest\b"
-    r"|^tensorboard\b|\bjupyter\b"
+    r"|^tensorboard\b|\bjupyter\b|\bapt-get\b|\bbench/"
 )
 TINY_TRAIN = ("--num-layers 1 --d-model 16 --num-heads 2 --dff 32 --epochs 1 "
               "--steps-per-epoch 2 --batch-size 8 --vocab-size 200 --examples 0 --no-export")

@@ -191,7 +191,7 @@ class RunConfig:
     fit_warmup: bool | None = setting(
         None, "a run shorter than --warmup-steps (by --epochs, or by --time-budget) warms "
         "up over its whole length to the same peak, so that it ends at the peak; "
-        "--no-fit-warmup keeps the paper's warm-up, which such a run never finishes",
+        "--no-fit-warmup keeps the whole --warmup-steps, which such a run never finishes",
         section="schedule", kind="switch")
     label_smoothing: float | None = setting(
         None, "label smoothing (section 5.4), 0 for none; in runs of a few thousand steps "
