@@ -3,25 +3,13 @@ and the machine record (no TensorFlow model, no training)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-from pathlib import Path
 
 import pytest
+from bench_helpers import BENCH, load_bench_module
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-common = _load("common", BENCH / "common.py")
+common = load_bench_module("common", BENCH / "common.py")
 
 
 def test_pinned_puts_taskset_before_the_command_and_leaves_it_alone_without_cores():

@@ -4,25 +4,11 @@ here). The shared scoring is tested in tests/test_bench_common.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_helpers import BENCH, load_bench_module
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-configs = _load("configs", BENCH / "peer_joeynmt" / "configs.py")
-run = _load("peer_joeynmt_run", BENCH / "peer_joeynmt" / "run.py")
+configs = load_bench_module("configs", BENCH / "peer_joeynmt" / "configs.py")
+run = load_bench_module("peer_joeynmt_run", BENCH / "peer_joeynmt" / "run.py")
 
 ARCH = {"num_layers": 4, "d_model": 128, "num_heads": 8, "dff": 512,
         "normalize_first": True, "tie_embeddings": True}

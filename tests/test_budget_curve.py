@@ -3,27 +3,20 @@ finished runs (resume), and the report's table and plot from small results files
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import BENCH, load_bench_module
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 SCRIPT = BENCH / "budget_curve.py"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-budget_curve = _load("budget_curve", SCRIPT)
+budget_curve = load_bench_module("budget_curve", SCRIPT)
 
 
 def _write(path: Path, record) -> Path:
