@@ -30,6 +30,8 @@ TINY = {
     "batch_size": 16,
     "steps_per_epoch": 5,
     "warmup_steps": 10,
+    # The paper's peak for that warm-up, (d_model * warmup_steps)^-0.5.
+    "learning_rate": "paper",
     "label_smoothing": 0.1,
     "precision": "float32",
     "num_examples": 2,
