@@ -123,7 +123,7 @@ def workspace(tmp_path_factory):
 @pytest.mark.parametrize("index, command", list(enumerate(readme_commands())))
 def test_readme_command_runs(index, command, workspace, tiny_run):
     if SKIP.search(command):
-        pytest.skip(f"skip rule (network, another machine, install/test, server): {command}")
+        pytest.skip(f"skip rule (network, another machine, install/test, system packages, benchmark, server): {command}")
     prepared = _prepared(command, Path(tiny_run.run_dir), index)
     done = subprocess.run(["bash", "-c", prepared], cwd=workspace, capture_output=True,
                           text=True, timeout=900)
