@@ -37,6 +37,8 @@ TINY_TRAINING = {
     "warmup_steps": 100,
     # The paper's peak for that warm-up, (d_model * 100)^-0.5: a few steps learn.
     "learning_rate": "paper",
+    # The paper's decay, whose rates tests/test_run_callbacks.py checks by hand.
+    "decay": "inverse_sqrt",
     "shared_vocab": False,
     "label_smoothing": 0.0,
     "precision": "float32",

@@ -225,6 +225,45 @@ def test_total_steps_must_be_positive():
         CustomSchedule(128, 400, total_steps=0)
 
 
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+def test_decay_to_zero_warms_up_peaks_and_ends_at_zero(decay):
+    # 1,000 steps: the warm-up is the tenth of the run (100 steps), not the 800 asked.
+    schedule = CustomSchedule(128, 800, peak_learning_rate=2e-3, total_steps=1000, decay=decay)
+    rates = [float(schedule(step)) for step in range(0, 1001)]
+    assert rates[0] == 0.0
+    assert rates[50] == pytest.approx(1e-3, rel=1e-5)  # half-way up the 100-step rise
+    peak_step = max(range(1001), key=rates.__getitem__)
+    assert 90 <= peak_step <= 100 and 1.8e-3 < rates[peak_step] <= 2e-3
+    falling = rates[peak_step:]
+    assert all(a >= b for a, b in zip(falling, falling[1:], strict=False))
+    assert rates[1000] == pytest.approx(0.0, abs=1e-9)
+    assert rates[500] == pytest.approx(1e-3, rel=1e-5)  # both halve the peak half-way
+    assert float(schedule(5000)) == pytest.approx(0.0, abs=1e-9)  # past the end: still zero
+    # A long run keeps the whole warm-up it asks for.
+    long = CustomSchedule(128, 800, peak_learning_rate=2e-3, total_steps=100_000, decay=decay)
+    assert float(long(400)) == pytest.approx(1e-3, rel=1e-5)
+
+
+def test_decay_to_zero_follows_the_time_budget():
+    # The run's steps are not known; the share of its budget used ends the rise
+    # (at a tenth of it) and the fall (at all of it).
+    schedule = CustomSchedule(128, 800, peak_learning_rate=2e-3, total_steps=100_000,
+                              decay="linear")
+    schedule.set_time_progress(0.05)
+    assert float(schedule(10)) == pytest.approx(1e-3, rel=1e-5)  # by time, not by step
+    schedule.set_time_progress(0.75)
+    assert float(schedule(10)) == pytest.approx(0.5e-3, rel=1e-5)
+    schedule.set_time_progress(1.0)
+    assert float(schedule(10)) == 0.0
+
+
+def test_decay_to_zero_needs_the_run_length_and_a_known_name():
+    with pytest.raises(ValueError, match="total_steps"):
+        CustomSchedule(128, 800, decay="linear")
+    with pytest.raises(ValueError, match="`decay`, expected one of"):
+        CustomSchedule(128, 800, total_steps=10, decay="exponential")
+
+
 def test_optimizer_serializes_with_its_schedule():
     optimizer = make_optimizer(64, warmup_steps=100)
     config = keras.optimizers.serialize(optimizer)
@@ -232,10 +271,14 @@ def test_optimizer_serializes_with_its_schedule():
     assert isinstance(restored._learning_rate, CustomSchedule)
     assert restored._learning_rate.get_config() == {
         "d_model": 64, "warmup_steps": 100, "peak_learning_rate": None,
-        "total_steps": None}
+        "total_steps": None, "decay": "inverse_sqrt"}
     peaked = keras.optimizers.deserialize(keras.optimizers.serialize(make_optimizer(64, 100, 2e-3)))
     assert float(peaked._learning_rate(100)) == pytest.approx(2e-3, rel=1e-6)
     assert (restored.beta_1, restored.beta_2, restored.epsilon) == (0.9, 0.98, 1e-9)
+    decaying = keras.optimizers.deserialize(keras.optimizers.serialize(
+        make_optimizer(64, 100, 2e-3, total_steps=1000, decay="cosine")))
+    assert decaying._learning_rate.decay == "cosine"
+    assert float(decaying._learning_rate(1000)) == pytest.approx(0.0, abs=1e-9)
     short = keras.optimizers.deserialize(keras.optimizers.serialize(
         make_optimizer(64, 100, total_steps=30)))
     assert short._learning_rate.total_steps == 30

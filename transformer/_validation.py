@@ -47,6 +47,12 @@ def check_rate(name: str, value, *, error: type[Exception] = ValueError) -> floa
     return float(value)
 
 
+def check_choice(name: str, value, choices, *, error: type[Exception] = ValueError) -> None:
+    """Raises `error` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise _invalid(name, f"one of {list(choices)}", value, error)
+
+
 def check_int_at_least(name: str, value, minimum: int, *,
                        error: type[Exception] = ValueError) -> None:
     """Raises `error` unless `value` is an integer `>= minimum`."""

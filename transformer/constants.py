@@ -52,6 +52,11 @@ TRANSLATE_FIRST_PASS_EXTRA = 10
 # from d_model and the warm-up (`transformer.training.CustomSchedule`).
 PAPER_LEARNING_RATE = "paper"
 
+# How the learning rate falls after the warm-up (`transformer.training.CustomSchedule`):
+# the paper's inverse square root of the step, which never ends, or a fall to
+# zero at the run's end, in a straight line or along half a cosine.
+DECAYS = ("inverse_sqrt", "linear", "cosine")
+
 # The subword tokenizers (`transformer.data.tokenizers`): the tutorial's
 # WordPiece and the reversible SentencePiece.
 TOKENIZER_KINDS = ("wordpiece", "sentencepiece")

@@ -11,16 +11,29 @@ Public Keras and TensorFlow API only (tests/test_public_api_only.py).
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_learning_rate, check_positive_int, check_rate
-from transformer.constants import PAD_ID
+from transformer._validation import (
+    check_choice,
+    check_learning_rate,
+    check_positive_int,
+    check_rate,
+)
+from transformer.constants import DECAYS, PAD_ID
+
+# A schedule that decays to zero warms up for `warmup_steps` or for this share
+# of the run, whichever is shorter, so that a short run spends most of its
+# updates near the peak rather than rising to it.
+DECAY_WARMUP_SHARE = 0.1
 
 
 @keras.saving.register_keras_serializable(package="transformer")
 class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The learning-rate schedule of section 5.3 of Vaswani et al., 2017.
+    """The learning-rate schedule of section 5.3 of Vaswani et al., 2017, or
+    one that ends at zero with the run.
 
     `lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`: it rises
     linearly for the first `warmup_steps` steps, peaks at step `warmup_steps`
@@ -45,6 +58,16 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     `lrate = peak * min(max(r, p), r^-0.5)`, which is the paper's formula
     when `p = 0` and `total_steps >= warmup_steps`.
 
+    The inverse square root never reaches zero, so a run stopped by its epochs
+    or its budget ends at a rate still high. `decay="linear"` or `"cosine"`
+    ends the rate at zero when the run ends instead (budgeted training: Li et
+    al., 2020). The run's progress `p` is the larger of `step / total_steps`
+    and, with a time budget, the share of the budget used; the warm-up lasts
+    `warmup_steps` or `DECAY_WARMUP_SHARE` of the run, whichever is shorter:
+    with `w = min(warmup_steps, DECAY_WARMUP_SHARE * total_steps)`,
+    `lrate = peak * min(max(step / w, p / DECAY_WARMUP_SHARE), f(p))`, where
+    `f(p) = 1 - p` (linear) or `(1 + cos(pi * p)) / 2` (cosine).
+
     Keras calls the schedule with the optimizer's `iterations`, which counts the
     updates already applied, so the first update sees step 0 and a learning rate
     of 0, exactly as in the tutorial.
@@ -54,9 +77,12 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: steps of linear warm-up (4000 in the paper).
         peak_learning_rate: the rate at the end of the warm-up; None for the
             paper's `(d_model * warmup_steps)^-0.5`.
-        total_steps: the run's updates; a shorter run than `warmup_steps`
-            warms up over all of them. None: the paper's warm-up, whatever
-            the run's length.
+        total_steps: the run's updates; with the inverse square root, a
+            shorter run than `warmup_steps` warms up over all of them, and
+            None keeps the paper's warm-up whatever the run's length. A
+            decay to zero needs it: the rate is zero there.
+        decay: one of `DECAYS`: "inverse_sqrt" (the paper's), "linear" or
+            "cosine".
 
     Example:
 
@@ -68,9 +94,13 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     >>> short = CustomSchedule(128, 4000, total_steps=2000)  # the peak at step 2000
     >>> round(float(short(2000)), 6), round(float(short(1000)), 6)
     (0.001398, 0.000699)
+    >>> linear = CustomSchedule(128, 800, 2e-3, total_steps=1000, decay="linear")
+    >>> [round(float(linear(step)), 6) for step in (50, 100, 500, 1000)]
+    [0.001, 0.0018, 0.001, 0.0]
     """
 
-    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None, total_steps=None):
+    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None, total_steps=None,
+                 decay="inverse_sqrt"):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("warmup_steps", warmup_steps)
@@ -78,10 +108,16 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
             check_learning_rate(peak_learning_rate)
         if total_steps is not None:
             check_positive_int("total_steps", total_steps)
+        check_choice("decay", decay, DECAYS)
+        if decay != "inverse_sqrt" and total_steps is None:
+            raise ValueError(
+                f"Received decay={decay!r} without `total_steps`: a decay to zero needs "
+                "the run's length. Received: total_steps=None")
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.peak_learning_rate = peak_learning_rate
         self.total_steps = total_steps
+        self.decay = decay
         self._time_progress = None  # a variable, once a time budget sets it
 
     @property
@@ -92,13 +128,15 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return (self.d_model * self.warmup_steps) ** -0.5
 
     @property
-    def rise_steps(self) -> int:
-        """The steps of the warm-up: `warmup_steps`, or the run's if it is shorter."""
+    def rise_steps(self) -> float:
+        """The steps of the warm-up: `warmup_steps`, or fewer in a short run."""
+        if self.decay != "inverse_sqrt":
+            return min(self.warmup_steps, DECAY_WARMUP_SHARE * self.total_steps)
         return min(self.warmup_steps, self.total_steps or self.warmup_steps)
 
     def set_time_progress(self, progress: float) -> None:
-        """Ends the warm-up by time too: `progress` is the share of the run's
-        time budget already used (clipped to [0, 1])."""
+        """Ends the warm-up (and a decay) by time too: `progress` is the share
+        of the run's time budget already used (clipped to [0, 1])."""
         if self._time_progress is None:
             # Created at first use, under the caller's distribution strategy.
             self._time_progress = tf.Variable(0.0, trainable=False, dtype=tf.float32,
@@ -107,16 +145,28 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         ratio = tf.cast(step, tf.float32) / float(self.rise_steps)  # r
+        if self.decay == "inverse_sqrt":
+            rise = ratio
+            if self._time_progress is not None:
+                rise = tf.math.maximum(ratio, self._time_progress)
+            # rsqrt(0) is inf, so the min picks the rise (0 at step 0 without a budget).
+            return self.peak * tf.math.minimum(rise, tf.math.rsqrt(ratio))
+        progress = tf.cast(step, tf.float32) / float(self.total_steps)  # p
         rise = ratio
         if self._time_progress is not None:
-            rise = tf.math.maximum(ratio, self._time_progress)
-        # rsqrt(0) is inf, so the min picks the rise (0 at step 0 without a budget).
-        return self.peak * tf.math.minimum(rise, tf.math.rsqrt(ratio))
+            progress = tf.math.maximum(progress, self._time_progress)
+            rise = tf.math.maximum(ratio, self._time_progress / DECAY_WARMUP_SHARE)
+        progress = tf.clip_by_value(progress, 0.0, 1.0)
+        if self.decay == "linear":
+            fall = 1.0 - progress
+        else:
+            fall = 0.5 * (1.0 + tf.math.cos(math.pi * progress))
+        return self.peak * tf.math.minimum(rise, fall)
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
                 "peak_learning_rate": self.peak_learning_rate,
-                "total_steps": self.total_steps}
+                "total_steps": self.total_steps, "decay": self.decay}
 
 
 def token_losses(label, pred, label_smoothing):

@@ -145,7 +145,7 @@ def use_moving_average(model) -> None:
 
 def make_optimizer(
     d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
-    total_steps: int | None = None, ema_momentum: float = 0.0,
+    total_steps: int | None = None, ema_momentum: float = 0.0, decay: str = "inverse_sqrt",
 ) -> keras.optimizers.Adam:
     """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
     `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments):
@@ -156,7 +156,7 @@ def make_optimizer(
     (`AveragingAdam`); 0 keeps none.
     """
     ema_momentum = check_rate("ema_momentum", ema_momentum)
-    schedule = CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps)
+    schedule = CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps, decay)
     adam = dict(beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON)
     if ema_momentum:
         return AveragingAdam(schedule, use_ema=True, ema_momentum=ema_momentum, **adam)

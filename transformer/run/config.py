@@ -17,6 +17,7 @@ from typing import Any
 
 from transformer import settings
 from transformer.constants import (
+    DECAYS,
     DEFAULT_ALPHA,
     PAPER_LEARNING_RATE,
     SENTENCEPIECE_MODEL_TYPES,
@@ -182,12 +183,18 @@ class RunConfig:
         default_help="{toy[warmup_steps]} for the toy corpus, {corpus[warmup_steps]} "
         "otherwise; the paper's is 4000")
     learning_rate: float | str | None = setting(
-        None, "the schedule's peak, reached after the warm-up and then decaying as the "
-        "inverse square root of the step; 'paper' for the paper's (d_model * warmup)^-0.5, "
+        None, "the schedule's peak, reached after the warm-up and then decaying as --decay "
+        "says; 'paper' for the paper's (d_model * warmup)^-0.5, "
         "which grows as the warm-up shrinks", section="schedule", kind="learning_rate",
         metavar="PEAK", default_help="'paper' for the toy corpus; otherwise the paper's peak "
         "for a {peak_warmup_steps}-step warm-up, (d_model * {peak_warmup_steps})^-0.5, "
         "reached in --warmup-steps")
+    decay: str | None = setting(
+        None, "how the rate falls after the warm-up: inverse_sqrt is the paper's 1/sqrt(step), "
+        "which never ends; linear and cosine reach zero when the run ends (its --epochs, or "
+        "its --time-budget, whichever comes first), with a warm-up of at most a tenth of the "
+        "run", section="schedule", kind="choice", choices=DECAYS,
+        default_help="{toy[decay]} for the toy corpus, {corpus[decay]} otherwise")
     fit_warmup: bool | None = setting(
         None, "a run shorter than --warmup-steps (by --epochs, or by --time-budget) warms "
         "up over its whole length to the same peak, so that it ends at the peak; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from transformer._validation import (
+    check_choice,
     check_learning_rate,
     check_max_tokens,
     check_non_negative_int,
@@ -13,6 +14,7 @@ from transformer._validation import (
     check_rate,
 )
 from transformer.constants import (
+    DECAYS,
     PAPER_LEARNING_RATE,
     SENTENCEPIECE_MODEL_TYPES,
     STRATEGIES,
@@ -30,24 +32,18 @@ def check_config(config) -> None:
     _check_max_tokens(config.max_tokens, config.model.max_length)
     _check_files(config)
 
-def _check_choice(name: str, value, options) -> None:
-    if value not in options:
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected one of "
-            f"{list(options)}. Received: {name}={value!r}"
-        )
-
 
 def _check_choices(config) -> None:
     """`dataset` (without `data`), `preset`, `precision`, `strategy` and the tokenizer."""
     if config.data is None:
-        _check_choice("dataset", config.dataset, DATASETS)
-    _check_choice("preset", config.preset, list(PRESETS))
+        check_choice("dataset", config.dataset, DATASETS)
+    check_choice("preset", config.preset, list(PRESETS))
     if config.precision is not None:  # None: this CPU's fastest, when the run is resolved
-        _check_choice("precision", config.precision, PRECISIONS)
-    _check_choice("strategy", config.strategy, STRATEGIES)
-    _check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
-    _check_choice("subword_model", config.subword_model, SENTENCEPIECE_MODEL_TYPES)
+        check_choice("precision", config.precision, PRECISIONS)
+    check_choice("strategy", config.strategy, STRATEGIES)
+    check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
+    check_choice("subword_model", config.subword_model, SENTENCEPIECE_MODEL_TYPES)
+    check_choice("decay", config.decay, DECAYS)
     if config.subword_sampling and config.tokenizer != "sentencepiece":
         raise ValueError(
             "Received `subword_sampling` > 0 with the wordpiece tokenizer, expected "

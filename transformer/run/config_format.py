@@ -22,6 +22,7 @@ The versions, and what an older file means for the fields it lacks:
    segmentations from pass 9 on (`legacy_sampling_plan`).
 10. the sampling plan is decided after the first pass and recorded beside
     `config.json` (`transformer.run.sampling`).
+11. `decay` (older: the paper's inverse square root).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from transformer.constants import PAPER_LEARNING_RATE
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
 
-CONFIG_FORMAT_VERSION = 10
+CONFIG_FORMAT_VERSION = 11
 
 # Keys of config.json that are facts about the run rather than settings.
 FACT_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version",
@@ -49,6 +50,7 @@ _ADDED = (
     (6, {"subword_model": "unigram"}),
     (8, {"ema_momentum": 0.0}),
     (9, {"subword_sampling": 0.0}),
+    (11, {"decay": "inverse_sqrt"}),
 )
 
 

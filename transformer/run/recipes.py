@@ -33,6 +33,8 @@ TOY_DEFAULTS = {
     "epochs": 4,
     # A short warm-up, since the whole run is about a thousand steps.
     "warmup_steps": 400,
+    # The paper's schedule (section 5.3).
+    "decay": "inverse_sqrt",
     # The paper's peak for that warm-up, (d_model * warmup_steps)^-0.5.
     "learning_rate": PAPER_LEARNING_RATE,
     # Reversible subwords: translations keep case, accents and punctuation.
@@ -66,6 +68,9 @@ CORPUS_DEFAULTS = {
     # a useful rate instead of rising all along. `fit_warmup` shortens it further
     # for runs shorter than that.
     "warmup_steps": 800,
+    # The rate falls to zero when the run ends (its epochs or its time budget),
+    # so that a run of any length ends annealed rather than at a high rate.
+    "decay": "linear",
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # SentencePiece's own default model.

@@ -348,19 +348,11 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
     with session.strategy.scope():
         keras.utils.set_random_seed(config.seed)
         model = build_model(config.model, data.input_vocab_size, data.target_vocab_size)
-        total_steps = config.epochs * config.steps_per_epoch if config.fit_warmup else None
         optimizer = make_optimizer(
-            config.model.d_model, config.warmup_steps, config.peak_learning_rate, total_steps,
-            config.ema_momentum,
+            config.model.d_model, config.warmup_steps, config.peak_learning_rate,
+            _schedule_steps(config), config.ema_momentum, config.decay,
         )
-        schedule = learning_rate_schedule(optimizer)
-        logger.info("Learning rate: up to %.2e in %d steps%s, then down as 1/sqrt(step).",
-                    schedule.peak, config.warmup_steps,
-                    " (sooner if the run ends sooner)" if config.fit_warmup else "")
-        schedule = schedule if config.fit_warmup else None
-        if config.time_budget is not None and schedule is not None:
-            # The budget may end the warm-up too (TrainingClock tells the schedule).
-            schedule.set_time_progress(0.0)
+        schedule = _clocked_schedule(config, optimizer)
         model.compile(
             optimizer=optimizer,
             # Token-budget batches have a new shape every few steps, and the XLA
@@ -391,6 +383,35 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
     clock = TrainingClock(train_seconds, config.time_budget, schedule)
     return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
                        initial_step=initial_step, clock=clock)
+
+
+def _schedule_steps(config: RunConfig) -> int | None:
+    """The run's length as its schedule takes it: a decay to zero ends there, and
+    `fit_warmup` fits the paper's warm-up into it; None keeps the paper's warm-up."""
+    if config.decay != "inverse_sqrt" or config.fit_warmup:
+        return config.epochs * config.steps_per_epoch
+    return None
+
+
+def _clocked_schedule(config: RunConfig, optimizer):
+    """Logs the optimizer's schedule; returns it when the run's `TrainingClock`
+    must tell it the share of the time budget used (else None)."""
+    schedule = learning_rate_schedule(optimizer)
+    if config.decay == "inverse_sqrt":
+        logger.info("Learning rate: up to %.2e in %d steps%s, then down as 1/sqrt(step).",
+                    schedule.peak, config.warmup_steps,
+                    " (sooner if the run ends sooner)" if config.fit_warmup else "")
+    else:
+        logger.info("Learning rate: up to %.2e in %d steps (or a tenth of the run, if sooner), "
+                    "then down to 0 at the run's end (%s, %s).", schedule.peak,
+                    config.warmup_steps, config.decay,
+                    f"by {format_seconds(config.time_budget)} or step {schedule.total_steps}"
+                    if config.time_budget is not None else f"step {schedule.total_steps}")
+    if config.time_budget is None or _schedule_steps(config) is None:
+        return None
+    # The budget may end the warm-up (and the decay) too: TrainingClock tells the schedule.
+    schedule.set_time_progress(0.0)
+    return schedule
 
 
 def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
