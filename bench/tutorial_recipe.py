@@ -62,9 +62,8 @@ from reference_models import (  # noqa: E402
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
 from transformer.data import build_tokenizers, load_corpus  # noqa: E402
 from transformer.data.batching import batches_from_tokens, tokenize_pairs  # noqa: E402
-from transformer.kernels.optimizers import make_optimizer  # noqa: E402
 from transformer.run import evaluation as _scoring  # noqa: E402,F401 - loaded now, not after training
-from transformer.training import masked_accuracy  # noqa: E402
+from transformer.training import make_optimizer, masked_accuracy  # noqa: E402
 
 TUTORIAL_MAX_TOKENS = 128  # the tutorial's MAX_TOKENS
 # The tutorial's model sizes.

@@ -17,7 +17,7 @@ SGD rather than the library's Adam: Adam's first updates are about
 would leave them almost unchanged, while SGD's updates scale with it.
 
 `--optimizer averaging-adam`: the optimizer `train` uses instead, from
-`transformer.kernels.optimizers.make_optimizer` (the paper's Adam with
+`transformer.training.make_optimizer` (the paper's Adam with
 `CustomSchedule`, a peak rate of `ADAM_PEAK` after `ADAM_WARMUP` steps,
 and a moving average of the weights with momentum `EMA_MOMENTUM`). OUT.npz
 then also holds each step's trainable weights (`s{step}_{index}`) and, last,
@@ -74,10 +74,10 @@ def main(argv=None):
 
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
     from transformer.kernels.multiworker import multi_worker_fit_workaround
-    from transformer.kernels.optimizers import make_optimizer, use_moving_average
+    from transformer.kernels.optimizers import use_moving_average
     from transformer.model import build_model
     from transformer.model_config import TransformerConfig
-    from transformer.training import MaskedLoss, masked_accuracy
+    from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 
     keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)

@@ -282,8 +282,7 @@ def test_the_readmes_serving_snippet_runs_with_ctranslate2_and_sentencepiece_onl
     text, imported = done.stdout.splitlines()
     assert imported == "tensorflow imported: False"
     sentence = "o gato preto come o bolo"
-    assert text == CTranslate2Translator(int8)([sentence], beam_size=4, length_penalty=1.0,
-                                               min_decoding_length=1)[0]
+    assert text == CTranslate2Translator(int8).translate([sentence], search=Beam(4, 0.6))[0].text
 
 
 def test_detokenize_keeps_the_spaces_the_projects_tokenizer_keeps(run_copy):

@@ -13,17 +13,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import TARGET_VOCAB, first_end_lengths, random_model, random_sources
+from translate_helpers import (
+    TARGET_VOCAB,
+    beam_search_decode,
+    cached_greedy_decode,
+    first_end_lengths,
+    random_model,
+    random_sources,
+    sample_decode,
+)
 
 from transformer.constants import END_ID, PAD_ID, START_ID
 from transformer.decoding import (
-    beam_search_decode,
-    cached_greedy_decode,
     compile_decode,
     decode,
     naive_greedy_decode,
     output_limits,
-    sample_decode,
     sequence_log_probs,
     start_decoding,
 )

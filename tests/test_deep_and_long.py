@@ -14,11 +14,17 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import TARGET_VOCAB, copy_run, random_model, random_sources
+from translate_helpers import (
+    TARGET_VOCAB,
+    cached_greedy_decode,
+    copy_run,
+    random_model,
+    random_sources,
+)
 
 from transformer.constants import DEFAULT_ALPHA, END_ID, PAD_ID, START_ID
 from transformer.data.batching import TokenizedPairs, token_budget_batches
-from transformer.decoding import cached_greedy_decode, naive_greedy_decode
+from transformer.decoding import naive_greedy_decode
 from transformer.model import build_model
 from transformer.run.checkpoints import average_last_checkpoints
 from transformer.run.trainer import _train_stream

@@ -143,3 +143,18 @@ def test_the_export_trims_and_samples_as_the_translator_does(translator, test_pa
                                                  return_attention=False)]
         samples.append(sampled)
     assert samples[0] != samples[1]  # the seed matters, so the comparison can fail
+
+
+def _readme_savedmodel_snippet():
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    after = text.split("`runs/toy/export` is a\nSavedModel", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow  # a fresh Python process loads TensorFlow
+def test_the_readmes_savedmodel_snippet_loads_and_translates(run_dir, translator, tmp_path):
+    code = _readme_savedmodel_snippet().replace("runs/toy", str(run_dir))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == translator("o gato preto come o bolo").text

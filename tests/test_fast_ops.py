@@ -1,84 +1,81 @@
-"""The step's faster pieces compute Keras's math: layer norm with its written-out
-gradient (`add_and_layer_norm`) and `Dropout` with 16-bit random numbers."""
+"""The step's faster pieces compute Keras's math: `LayerNormalization` with its
+written-out gradient and `Dropout` with 16-bit random numbers."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from transformer.kernels.fast_ops import Dropout, add_and_layer_norm, normalize
+from transformer.kernels.fast_ops import Dropout, LayerNormalization
 
 
-def _keras_and_ours(shape, seed=0):
+def _keras_and_ours(shape, seed=0, dtype=None):
+    """Keras's layer norm and ours with the same random gamma and beta, an input
+    and an output gradient."""
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.standard_normal(shape) * 3 + 1, tf.float32)
-    y = tf.constant(rng.standard_normal(shape), tf.float32)
-    layer = keras.layers.LayerNormalization(epsilon=1e-6)
-    layer.build(shape)
-    layer.gamma.assign(rng.standard_normal(shape[-1:]).astype(np.float32))
-    layer.beta.assign(rng.standard_normal(shape[-1:]).astype(np.float32))
     dy = tf.constant(rng.standard_normal(shape), tf.float32)
-    return x, y, layer, dy
+    keras_layer = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
+    ours = LayerNormalization(epsilon=1e-6, dtype=dtype)
+    gamma = rng.standard_normal(shape[-1:]).astype(np.float32)
+    beta = rng.standard_normal(shape[-1:]).astype(np.float32)
+    for layer in (keras_layer, ours):
+        layer.build(shape)
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+    return x, keras_layer, ours, dy
+
+
+def _value_and_grads(layer, x, dy):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = layer(x)
+    return out, tape.gradient(out, [x, layer.gamma, layer.beta], output_gradients=dy)
 
 
 @pytest.mark.parametrize("shape", [(2, 5, 8), (3, 16), (2, 3, 4, 6)])
 def test_layer_norm_value_and_gradients_equal_keras(shape):
-    x, y, layer, dy = _keras_and_ours(shape)
-    variables = [layer.gamma, layer.beta]
-
-    def grads(fn):
-        with tf.GradientTape() as tape:
-            tape.watch([x, y])
-            out = fn()
-        return out, tape.gradient(out, [x, y, *variables], output_gradients=dy)
-
-    ours, ours_grads = grads(lambda: add_and_layer_norm(layer, x, y))
-    want, want_grads = grads(lambda: layer(x + y))
-    np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
-    for name, got, expected in zip(["x", "y", "gamma", "beta"], ours_grads, want_grads, strict=True):
-        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4,
-                                   err_msg=f"gradient of {name}")
-
-
-def test_normalize_value_and_gradients_equal_keras():
-    x, _, layer, dy = _keras_and_ours((3, 5, 16), seed=2)
-
-    def grads(fn):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            out = fn()
-        return out, tape.gradient(out, [x, layer.gamma, layer.beta], output_gradients=dy)
-
-    ours, ours_grads = grads(lambda: normalize(layer, x))
-    want, want_grads = grads(lambda: layer(x))
-    np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
-    for name, got, expected in zip(["x", "gamma", "beta"], ours_grads, want_grads, strict=True):
-        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4,
+    x, keras_layer, ours, dy = _keras_and_ours(shape)
+    got, got_grads = _value_and_grads(ours, x, dy)
+    want, want_grads = _value_and_grads(keras_layer, x, dy)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    for name, g, w in zip(["x", "gamma", "beta"], got_grads, want_grads, strict=True):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4,
                                    err_msg=f"gradient of {name}")
 
 
 def test_layer_norm_gradient_in_a_compiled_function_and_mixed_precision():
-    x, y, layer, dy = _keras_and_ours((4, 7, 16), seed=1)
+    x, keras_layer, ours, dy = _keras_and_ours((4, 7, 16), seed=1)
 
     @tf.function
-    def grad_of_x(x, y):
+    def grad_of_x(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            out = add_and_layer_norm(layer, x, y)
+            out = ours(x)
         return tape.gradient(out, x, output_gradients=dy)
 
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        want = layer(x + y)
-    np.testing.assert_allclose(grad_of_x(x, y).numpy(),
-                               tape.gradient(want, x, output_gradients=dy).numpy(), atol=1e-4)
+    _, (want, *_) = _value_and_grads(keras_layer, x, dy)
+    np.testing.assert_allclose(grad_of_x(x).numpy(), want.numpy(), atol=1e-4)
 
-    bf16 = keras.layers.LayerNormalization(epsilon=1e-6, dtype="mixed_bfloat16")
-    bf16.build(x.shape)
-    out = add_and_layer_norm(bf16, tf.cast(x, tf.bfloat16), tf.cast(y, tf.bfloat16))
-    assert out.dtype == tf.bfloat16
+    x, keras_bf16, ours_bf16, _ = _keras_and_ours((4, 7, 16), seed=1, dtype="mixed_bfloat16")
+    out = ours_bf16(tf.cast(x, tf.bfloat16))
+    assert out.dtype == tf.bfloat16 and ours_bf16.gamma.dtype == "float32"
     np.testing.assert_allclose(tf.cast(out, tf.float32).numpy(),
-                               tf.cast(bf16(x + y), tf.float32).numpy(), atol=0.05)
+                               tf.cast(keras_bf16(x), tf.float32).numpy(), atol=0.05)
+
+
+def test_layer_norm_keeps_keras_weights_and_config():
+    _, keras_layer, ours, _ = _keras_and_ours((2, 8))
+    assert [w.path.split("/")[-1] for w in ours.weights] == [
+        w.path.split("/")[-1] for w in keras_layer.weights]
+    restored = keras.layers.deserialize(keras.layers.serialize(ours))
+    assert type(restored) is LayerNormalization and restored.epsilon == 1e-6
+
+
+def test_layer_norm_on_other_axes_is_keras_own():
+    x = tf.random.stateless_normal((2, 3, 4), seed=(1, 2))
+    ours, theirs = LayerNormalization(axis=1), keras.layers.LayerNormalization(axis=1)
+    np.testing.assert_allclose(ours(x).numpy(), theirs(x).numpy(), atol=1e-6)
 
 
 def test_dropout_drops_the_rate_and_keeps_the_mean():

@@ -15,7 +15,9 @@ paper module must not:
   or use `tf.__internal__`;
 
 and, introspected after import, no method or class attribute of its classes
-may override a private member of a Keras or TensorFlow base class.
+may override a private member of a Keras or TensorFlow base class. Nor does a
+paper module import `transformer.kernels`: it takes the kernels' drop-in
+layers and optimizer from `transformer.seams`, which chooses them.
 """
 
 from __future__ import annotations
@@ -152,6 +154,52 @@ def test_the_paper_classes_override_no_private_member_of_keras(name):
     assert classes or name == "masking"
     found = private_overrides(classes)
     assert found == [], f"transformer/{name}.py overrides private members of Keras: {found}"
+
+
+def kernel_imports(source: str) -> list[str]:
+    """`line: module` for each import of `transformer.kernels` (or a module in it)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [f"{node.lineno}: {name}" for name in names
+                  if name == "transformer.kernels" or name.startswith("transformer.kernels.")]
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("name", PAPER_MODULES)
+def test_the_paper_modules_import_no_kernel(name):
+    found = kernel_imports((PACKAGE / f"{name}.py").read_text(encoding="utf-8"))
+    assert found == [], (
+        f"transformer/{name}.py imports a speed kernel: {found}; take the layer or "
+        "optimizer from transformer.seams, which chooses the kernels in one place")
+
+
+def test_kernel_imports_are_found():
+    source = "import transformer.kernels\nfrom transformer.kernels.fast_ops import Dropout\n"
+    assert kernel_imports(source) == [
+        "1: transformer.kernels", "2: transformer.kernels.fast_ops",
+        "2: transformer.kernels.fast_ops.Dropout"]
+    assert kernel_imports("from transformer.seams import Dropout\n") == []
+
+
+def test_the_paper_modules_build_the_seams_kernels():
+    """The seams' layers are what a model is built of: Keras's own classes or their
+    drop-in subclasses, chosen in `transformer.seams` alone."""
+    import keras
+
+    from transformer import seams
+    from transformer.attention import EncoderSelfAttention
+
+    block = EncoderSelfAttention(16, 2)
+    assert type(block.layernorm) is seams.LayerNormalization
+    assert type(block.dropout) is seams.Dropout
+    assert issubclass(seams.LayerNormalization, keras.layers.LayerNormalization)
+    assert issubclass(seams.Dropout, keras.layers.Dropout)
 
 
 # ----------------------------------------------- the checks find what they must

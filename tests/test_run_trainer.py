@@ -304,7 +304,7 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
     monkeypatch.setattr(trainer, "build_tokenizers", slowly(trainer.build_tokenizers))
     monkeypatch.setattr(trainer, "evaluate", slowly(trainer.evaluate))
     run_dir = tmp_path / "run"
-    config = tiny_config(tiny_tsv, run_dir, epochs=2, time_budget=1e-9)
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, time_budget=1e-9, decay="inverse_sqrt")
     with caplog.at_level("INFO", logger="transformer"):
         stopped = run.train(config, verbose=0, export=False)
     assert stopped.final_step == 1
@@ -330,6 +330,31 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
                          export=False)
     assert (finished.initial_step, finished.final_step) == (1, 10)
     assert rundir.read_json(run_dir / rundir.METRICS_JSON)["train_seconds"] > seconds
+
+
+@pytest.mark.parametrize("decay", ["linear", "cooldown"])
+def test_a_decay_to_zero_ends_with_the_time_budget_and_with_the_epochs(tiny_tsv, tmp_path,
+                                                                       decay):
+    """With a budget, the rate is zero when the budget runs out (its share of the
+    budget, restored with the checkpoint's seconds on --resume); without one, at
+    the last of the epochs' steps."""
+    from transformer import run
+    from transformer.training import CustomSchedule
+
+    stopped = run.train(tiny_config(tiny_tsv, tmp_path / "budget", epochs=2, time_budget=1e-9,
+                                    decay=decay), verbose=0, export=False)
+    assert stopped.final_step == 1 and stopped.history["learning_rate"] == [0.0]
+
+    full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
+                     verbose=0, export=False)
+    config = full.config
+    assert config.decay == decay and full.final_step == 10
+    schedule = CustomSchedule(16, 10, peak_learning_rate=(16 * 10) ** -0.5, total_steps=10,
+                              decay=decay)
+    # Each epoch logs the rate of its last update (steps 4 and 9); step 10 would be 0.
+    assert full.history["learning_rate"] == pytest.approx(
+        [float(schedule(4)), float(schedule(9))], rel=1e-5)
+    assert float(schedule(10)) == 0.0
 
 
 def test_a_checkpoint_without_train_seconds_restores_the_model(tmp_path):
@@ -368,7 +393,8 @@ def test_shared_vocabulary_and_fitted_warmup_run_end_to_end(tiny_tsv, tmp_path):
     from transformer.translate import Translator
 
     run_dir = tmp_path / "run"
-    config = tiny_config(tiny_tsv, run_dir, epochs=2, shared_vocab=True, warmup_steps=40)
+    config = tiny_config(tiny_tsv, run_dir, epochs=2, shared_vocab=True, warmup_steps=40,
+                         decay="inverse_sqrt")
     result = run.train(config, verbose=0, export=True)
     assert result.final_step == 10
     saved = rundir.read_json(run_dir / rundir.CONFIG_FILE)

@@ -11,12 +11,10 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
-from translate_helpers import first_end_lengths
+from translate_helpers import beam_search_decode, cached_greedy_decode, first_end_lengths
 
 from transformer.constants import END_ID, PAD_ID, START_ID, TRANSLATE_FIRST_PASS_EXTRA
 from transformer.decoding import (
-    beam_search_decode,
-    cached_greedy_decode,
     length_penalty,
     naive_greedy_decode,
     output_limits,

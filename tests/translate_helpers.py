@@ -1,4 +1,5 @@
-"""Random models and run-directory helpers for the decoding, translation and export tests.
+"""Random models, one-output decoders and run-directory helpers for the decoding,
+translation and export tests.
 
 Trained-model tests use the session's `tiny_run`, `run_dir`, `test_pairs` and
 `translator` fixtures (tests/conftest.py).
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from transformer import Transformer
-from transformer.constants import END_ID, START_ID
+from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, END_ID, START_ID
+from transformer.decoding import decode
 from transformer.rundir import CONFIG_FILE, MODEL_FILE, TOKENIZERS_DIR
+from transformer.strategies import Beam, Greedy, Sample
 
 SOURCE_VOCAB = 60
 TARGET_VOCAB = 50
@@ -76,6 +80,40 @@ def first_end_lengths(tokens):
     """Per row, the length up to and including the first `[END]`, or None without one."""
     return [int(np.argmax(row == END_ID)) + 1 if (row == END_ID).any() else None
             for row in np.asarray(tokens)]
+
+
+def _limits(encoder_tokens, max_length, row_limits):
+    """Every sentence's most output tokens: `row_limits` capped at `max_length`, or it."""
+    if row_limits is not None:
+        return tf.minimum(tf.convert_to_tensor(row_limits, tf.int32), max_length)
+    return tf.fill([tf.shape(encoder_tokens)[0]], tf.cast(max_length, tf.int32))
+
+
+def cached_greedy_decode(model, encoder_tokens, max_length, initial_finished=None,
+                         return_log_probs=False, row_limits=None):
+    """`decode` with `Greedy()`: int64 `(batch, steps)` tokens, and with
+    `return_log_probs` float32 `(batch,)` log P too."""
+    tokens, log_probs = decode(model, encoder_tokens, _limits(encoder_tokens, max_length,
+                               row_limits), initial_finished, Greedy())
+    return (tokens[:, 0], log_probs[:, 0]) if return_log_probs else tokens[:, 0]
+
+
+def beam_search_decode(model, encoder_tokens, max_length, beam_size=DEFAULT_BEAM_SIZE,
+                       alpha=DEFAULT_ALPHA, initial_finished=None, row_limits=None):
+    """`decode` with `Beam(beam_size, alpha)`: the best hypothesis's tokens and score."""
+    tokens, scores = decode(model, encoder_tokens, _limits(encoder_tokens, max_length,
+                            row_limits), initial_finished, Beam(beam_size, alpha))
+    return tokens[:, 0], scores[:, 0]
+
+
+def sample_decode(model, encoder_tokens, max_length, seed, temperature=1.0, top_k=0,
+                  top_p=1.0, initial_finished=None, row_limits=None):
+    """`decode` with `Sample`'s settings (`top_k = 0` and `top_p = 1` keep every
+    token): `(tokens, log_probs)`, `(batch, steps)` and `(batch,)`."""
+    settings = {"seed": seed, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+    tokens, log_probs = decode(model, encoder_tokens, _limits(encoder_tokens, max_length,
+                               row_limits), initial_finished, Sample, settings)
+    return tokens[:, 0], log_probs[:, 0]
 
 
 def copy_run(run_dir, destination):

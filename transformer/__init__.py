@@ -58,14 +58,12 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-# Imported with the names above for their Keras classes only: the optimizers
-# that `transformer.run.train` compiles models with, registered for loading.
-_REGISTERING = ("kernels.optimizers",)
-
 
 def _import_all() -> None:
-    """Imports the modules of `_EXPORTS` (and `_REGISTERING`) and binds their names here."""
-    for module in (*dict.fromkeys(_EXPORTS.values()), *_REGISTERING):
+    """Imports the modules of `_EXPORTS` and binds their names here. Their Keras
+    classes, and through `transformer.seams` the kernels' (the optimizers
+    `transformer.run.train` compiles models with), are then registered for loading."""
+    for module in dict.fromkeys(_EXPORTS.values()):
         importlib.import_module(f"{__name__}.{module}")
     for name, module in _EXPORTS.items():
         globals()[name] = getattr(globals()[module], name)

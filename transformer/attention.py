@@ -15,10 +15,9 @@ attend); convert with `1 - mask`.
 
 Incremental decoding runs through these same layers: `MultiHeadAttention`
 takes a `cache` of projected keys and values and returns it updated, and the
-blocks pass it through (see `MultiHeadAttention.call`). The speed kernels the
-blocks use (`Dropout`, `add_and_layer_norm`, `normalize`) are in
-`transformer.kernels.fast_ops`, and the weight converters to and from Keras's layer in
-`transformer.keras_interop`.
+blocks pass it through (see `MultiHeadAttention.call`). The blocks' layer
+norms and dropouts are Keras layers from `transformer.seams`, and the weight
+converters to and from Keras's layer are in `transformer.keras_interop`.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ import tensorflow as tf
 
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
 from transformer.constants import LAYER_NORM_EPSILON, MASK_NEGATIVE_FLOAT32
-from transformer.kernels.fast_ops import Dropout, add_and_layer_norm, normalize
 from transformer.masking import create_look_ahead_mask
+from transformer.seams import Dropout, LayerNormalization
 
 
 def mask_value(dtype) -> float:
@@ -294,13 +293,14 @@ class MultiHeadAttention(keras.layers.Layer):
 def sublayer_input(layernorm, x, normalize_first):
     """What a residual sublayer computes on: `x` (post-norm, the paper's), or
     `LayerNorm(x)` (pre-norm, `normalize_first`)."""
-    return normalize(layernorm, x) if normalize_first else x
+    return layernorm(x) if normalize_first else x
 
 
 def sublayer_output(layernorm, x, y, normalize_first):
     """The residual connection around a sublayer whose output (after dropout) is
     `y`: `LayerNorm(x + y)` (post-norm, section 3.1), or `x + y` (pre-norm)."""
-    return x + tf.cast(y, x.dtype) if normalize_first else add_and_layer_norm(layernorm, x, y)
+    y = tf.cast(y, x.dtype)
+    return x + y if normalize_first else layernorm(x + y)
 
 
 class _AttentionBlock(keras.layers.Layer):
@@ -322,7 +322,7 @@ class _AttentionBlock(keras.layers.Layer):
         policy = self.dtype_policy
         self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
         self.dropout = Dropout(dropout_rate, dtype=policy)
-        self.layernorm = keras.layers.LayerNormalization(
+        self.layernorm = LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="layernorm"
         )
 

@@ -54,8 +54,9 @@ PAPER_LEARNING_RATE = "paper"
 
 # How the learning rate falls after the warm-up (`transformer.training.CustomSchedule`):
 # the paper's inverse square root of the step, which never ends, or a fall to
-# zero at the run's end, in a straight line or along half a cosine.
-DECAYS = ("inverse_sqrt", "linear", "cosine")
+# zero at the run's end: in a straight line or along half a cosine from the
+# peak, or at the peak until a last share of the run (a cool-down).
+DECAYS = ("inverse_sqrt", "linear", "cosine", "cooldown")
 
 # The subword tokenizers (`transformer.data.tokenizers`): the tutorial's
 # WordPiece and the reversible SentencePiece.

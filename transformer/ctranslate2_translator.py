@@ -71,7 +71,7 @@ from transformer.constants import (
     TRANSLATE_BATCH_SIZE,
     UNK_ID,
 )
-from transformer.strategies import Beam, Greedy, Sample, check_strategy
+from transformer.strategies import BEAM_PATIENCE, Greedy, check_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -95,14 +95,6 @@ _INSTALL_HINT = "pip install 'transformer-tutorial[ctranslate2]' (or 'ctranslate
 
 # The weight types of the command lines (`export_ctranslate2` takes more).
 CLI_QUANTIZATIONS = ("float32", "int8")
-
-# CTranslate2's beam stops once round(beam size * BEAM_PATIENCE) hypotheses
-# have finished (see the module docstring). With 1 it stops before the
-# project's search in a few sentences, which then differ; from 1.5 on, the
-# beam-4 translations of the runs measured are the project's but for about
-# one sentence in a thousand (BENCHMARKS.md, "Decoding engines"), and larger
-# values cost time.
-BEAM_PATIENCE = 1.5
 
 # What `export.json` of a run's own export records of the model file it was
 # converted from; a model file that differs is converted again.
@@ -211,20 +203,6 @@ class Hypothesis:
     input_tokens: list[str]
     score: float
     log_prob: float
-
-
-def _decoding_options(search) -> dict:
-    """`translate_batch` options of a strategy (with the length penalty they score by)."""
-    if isinstance(search, Beam) and search.size > 1:
-        return {"beam_size": search.size, "length_penalty": float(search.alpha),
-                "patience": BEAM_PATIENCE,
-                "num_hypotheses": max(search.n_best, round(search.size * BEAM_PATIENCE))}
-    if isinstance(search, Sample):
-        settings = search.settings()
-        return {"beam_size": 1, "length_penalty": 0.0, "sampling_topk": settings["top_k"],
-                "sampling_topp": settings["top_p"],
-                "sampling_temperature": settings["temperature"]}
-    return {"beam_size": 1, "length_penalty": 0.0}
 
 
 class CTranslate2Translator:
@@ -345,16 +323,16 @@ class CTranslate2Translator:
                 logger.warning("Sentence %r has more tokens than the model's max_length=%d; "
                                "trimmed to its first %d tokens and [END].", sentence[:40],
                                self.max_input_length, self.max_input_length - 1)
-        options = _decoding_options(search)
-        if isinstance(search, Sample):
-            ctranslate2_module().set_random_seed(search.settings()["seed"])
+        options = search.ctranslate2_options()
+        seed = search.random_seed()
+        if seed is not None:
+            ctranslate2_module().set_random_seed(seed)
         limits = self._limits(tokens, max_length, extra_length)
         outputs = self._decode(tokens, limits, options, batch_size)
         results = []
         for row, output in zip(tokens, outputs, strict=True):
             hypotheses = self._hypotheses(row, output, search, options["length_penalty"])
-            results.append(hypotheses if isinstance(search, Beam) and search.n_best > 1
-                           else hypotheses[0])
+            results.append(hypotheses if search.results_per_sentence > 1 else hypotheses[0])
         return results
 
     def _decode(self, tokens, limits, options, batch_size):
@@ -391,9 +369,9 @@ class CTranslate2Translator:
         input_tokens = [_START, *(piece if self.source.piece_to_id(piece) != UNK_ID else _UNK
                                   for piece in tokens), _END]
         if output is None:  # an empty sentence
-            count = search.n_best if isinstance(search, Beam) else 1
+            count = search.results_per_sentence
             return [Hypothesis("", [], input_tokens, -math.inf, -math.inf)] * count
-        alpha = search.alpha if isinstance(search, Beam) else 0.0
+        alpha = search.score_alpha
         hypotheses = []
         for pieces, score in zip(output.hypotheses, output.scores, strict=True):
             log_prob = score * len(pieces) ** penalty  # CTranslate2's score is log P / |Y| ** lp
@@ -403,4 +381,4 @@ class CTranslate2Translator:
                 input_tokens=input_tokens,
                 score=log_prob / gnmt_length_penalty(len(pieces), alpha), log_prob=log_prob))
         hypotheses.sort(key=lambda h: -h.score)  # stable: CTranslate2's order among ties
-        return hypotheses[: search.n_best] if isinstance(search, Beam) else hypotheses[:1]
+        return hypotheses[: search.results_per_sentence]

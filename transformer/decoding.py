@@ -16,12 +16,11 @@ search strategies of `transformer.search`, and runs them:
 - `naive_greedy_decode` is the tutorial's loop: every step re-runs the whole
   `Transformer((context, output_so_far))`, encoder included, and takes the
   arg-max of the last position. It is kept as the reference.
-- `cached_greedy_decode`, `beam_search_decode` and `sample_decode` run greedy
-  search, beam search and sampling on the cached step; cached greedy
-  decoding gives the naive loop's tokens, much faster.
 - `decode` runs any strategy object (`Greedy()`, `Beam(4)`, `Sample(seed=1)`
-  of `transformer.strategies`) with one output layout; `compile_decode`
-  compiles it once per strategy type, the settings being tensor inputs.
+  of `transformer.strategies`) on the cached step, with one output layout;
+  cached greedy decoding gives the naive loop's tokens, much faster.
+  `compile_decode` compiles it once per strategy type, the settings being
+  tensor inputs.
 - `output_limits`: each sentence's most output tokens, input length + 50
   (section 6.1); `sequence_log_probs` scores given outputs.
 - `translate_batch`: strings to strings (tokenize, trim, encode, search, cut
@@ -58,23 +57,17 @@ from transformer.constants import (
 )
 from transformer.data.tokenizers import load_tokenizers
 from transformer.search import (
-    beam_search,
-    greedy_search,
     length_penalty,
     repeat_beams,
     run_search,
-    sample_search,
     setting_specs,
 )
-from transformer.strategies import Beam
 
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_BEAM_SIZE",
     "DEFAULT_EXTRA_LENGTH",
     "TranslationOutput",
-    "beam_search_decode",
-    "cached_greedy_decode",
     "compile_decode",
     "compile_pipeline",
     "decode",
@@ -84,7 +77,6 @@ __all__ = [
     "naive_greedy_decode",
     "output_lengths",
     "output_limits",
-    "sample_decode",
     "sequence_log_probs",
     "start_decoding",
     "tokenize_and_trim",
@@ -185,87 +177,6 @@ def start_decoding(model, encoder_tokens, beam_size=1):
         return model.decode_step(tokens, cache, memory)  # (rows, vocab), cache
 
     return next_logits, cache
-
-
-def _limits(encoder_tokens, max_length, row_limits):
-    if row_limits is not None:
-        return tf.minimum(tf.convert_to_tensor(row_limits, tf.int32), max_length)
-    return tf.fill([tf.shape(encoder_tokens)[0]], tf.cast(max_length, tf.int32))
-
-
-def cached_greedy_decode(model, encoder_tokens, max_length, initial_finished=None,
-                         return_log_probs=False, row_limits=None):
-    """Greedy decoding with cached keys and values: the naive loop's tokens, faster.
-
-    Args:
-        model: a `Transformer`.
-        encoder_tokens: int64 source tokens `(batch, input_len)`, 0 = padding.
-        max_length: the most output tokens to generate (int or int32 scalar).
-        initial_finished: optional bool `(batch,)`: sentences finished from the
-            start (all `[PAD]`).
-        return_log_probs: also return each sentence's `log P(Y | X)`.
-        row_limits: optional int32 `(batch,)`: the most output tokens of each
-            sentence (see `output_limits`), at most `max_length`.
-
-    Returns:
-        int64 `(batch, steps)` output tokens (no `[START]`), `[PAD]` after
-        `[END]`, `steps <= max_length`; with `return_log_probs`,
-        `(tokens, log_probs)` with float32 `(batch,)`.
-    """
-    encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int64)
-    next_logits, cache = start_decoding(model, encoder_tokens)
-    tokens, log_probs = greedy_search(
-        next_logits, cache, _limits(encoder_tokens, max_length, row_limits), initial_finished
-    )
-    return (tokens, log_probs) if return_log_probs else tokens
-
-
-def beam_search_decode(model, encoder_tokens, max_length, beam_size=DEFAULT_BEAM_SIZE,
-                       alpha=DEFAULT_ALPHA, initial_finished=None, row_limits=None):
-    """Beam search (`transformer.search.beam_search`) on the cached decoder: the best
-    hypothesis.
-
-    Args:
-        model: a `Transformer`.
-        encoder_tokens: int64 source tokens `(batch, input_len)`, 0 = padding.
-        max_length: the most output tokens per hypothesis (int or int32 scalar).
-        beam_size: live hypotheses per sentence (>= 1).
-        alpha: length-penalty exponent (>= 0).
-        initial_finished: optional bool `(batch,)`: sentences to skip.
-        row_limits: optional int32 `(batch,)`: each sentence's most output tokens.
-
-    Returns:
-        `(tokens, scores)`: int64 `(batch, max_length)` output tokens of the best
-        hypothesis, `[PAD]` after `[END]`, and float32 `(batch,)` its score
-        `log P / lp`.
-    """
-    encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int64)
-    next_logits, cache = start_decoding(model, encoder_tokens, beam_size)
-    tokens, scores = beam_search(
-        next_logits, cache, _limits(encoder_tokens, max_length, row_limits), beam_size, alpha,
-        1, initial_finished,
-    )
-    return tokens[:, 0], scores[:, 0]
-
-
-def sample_decode(model, encoder_tokens, max_length, seed, temperature=1.0, top_k=0,
-                  top_p=1.0, initial_finished=None, row_limits=None):
-    """Sampling (`transformer.search.sample_search`) on the cached decoder.
-
-    Args:
-        model, encoder_tokens, max_length, initial_finished, row_limits: as
-            `cached_greedy_decode`.
-        seed, temperature, top_k, top_p: see `transformer.search.sample_search`.
-
-    Returns:
-        `(tokens, log_probs)`: int64 `(batch, steps)` and float32 `(batch,)`.
-    """
-    encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int64)
-    next_logits, cache = start_decoding(model, encoder_tokens)
-    return sample_search(
-        next_logits, cache, _limits(encoder_tokens, max_length, row_limits), seed,
-        temperature, top_k, top_p, initial_finished,
-    )
 
 
 def decode(model, encoder_tokens, limits, initial_finished, search, settings=None, *,
@@ -476,9 +387,8 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     lengths = tf.where(empty[:, tf.newaxis], tf.constant(0, tf.int64), lengths)  # (batch, n)
     in_output = tf.sequence_mask(lengths, tf.shape(tokens)[2])  # (batch, n, steps)
     tokens = tf.where(in_output, tokens, tf.constant(PAD_ID, tf.int64))
-    log_probs = scores
-    if kind is Beam:  # the beam's score is log P / lp: undo the penalty
-        log_probs = scores * length_penalty(lengths, settings["alpha"])
+    # The score is log P / lp (lp = 1 for alpha 0): undo the penalty.
+    log_probs = scores * length_penalty(lengths, kind.penalty_alpha(settings))
     shape = tf.shape(tokens)
     texts = tokenizers.target.detokenize(tf.reshape(tokens, [-1, shape[2]]))  # (batch * n,)
     return TranslationOutput(

@@ -22,7 +22,7 @@ from transformer.attention import (
     sublayer_output,
 )
 from transformer.constants import LAYER_NORM_EPSILON
-from transformer.kernels.fast_ops import Dropout
+from transformer.seams import Dropout, LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -87,7 +87,7 @@ class _LayerBase(keras.layers.Layer):
         policy = self.dtype_policy
         self.ffn = FeedForward(d_model, dff, dtype=policy, name="ffn")
         self.ffn_dropout = Dropout(dropout_rate, dtype=policy)
-        self.ffn_layernorm = keras.layers.LayerNormalization(
+        self.ffn_layernorm = LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="ffn_layernorm"
         )
 

@@ -12,11 +12,11 @@ import tensorflow as tf
 
 from transformer._validation import check_positive_int, check_rate
 from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
-from transformer.kernels.fast_ops import Dropout, normalize
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
 from transformer.model_config import TransformerConfig
 from transformer.positional import PositionalEmbedding
+from transformer.seams import Dropout, LayerNormalization
 
 
 class _Stack(keras.layers.Layer):
@@ -47,7 +47,7 @@ class _Stack(keras.layers.Layer):
         self.dropout = Dropout(dropout_rate, dtype=policy)
         self.normalize_first = bool(normalize_first)
         # Pre-norm sublayers leave the sum unnormalized: one layer norm closes the stack.
-        self.final_layernorm = keras.layers.LayerNormalization(
+        self.final_layernorm = LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="final_layernorm"
         ) if self.normalize_first else None
 
@@ -58,7 +58,7 @@ class _Stack(keras.layers.Layer):
 
     def _close(self, x):
         """The stack's output: `x`, or `LayerNorm(x)` after pre-norm layers."""
-        return x if self.final_layernorm is None else normalize(self.final_layernorm, x)
+        return x if self.final_layernorm is None else self.final_layernorm(x)
 
     def get_config(self):
         config = super().get_config()

@@ -16,9 +16,10 @@ from transformer._validation import check_heads_divide, check_positive_int, chec
 from transformer.settings import setting
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """The model's hyperparameters; `PRESETS` holds the named ones.
+    """The model's hyperparameters, frozen; `PRESETS` holds the named ones
+    (`dataclasses.replace` or `from_preset(name, **changes)` makes another).
 
     Vocabulary sizes come from the tokenizers, so `transformer.model.build_model`
     takes them.

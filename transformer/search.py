@@ -52,7 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.strategies import STRATEGIES, Beam, Greedy
+from transformer.strategies import Beam, Greedy, Sample
 
 __all__ = [
     "BeamState",
@@ -480,21 +480,34 @@ def run_search(kind, settings, start, limits, initial_finished=None, return_stop
         search, `log P` otherwise; `n` is the beam's `n_best`, else 1. With
         `return_stopped`, `(tokens, scores, stopped)`.
     """
-    if kind not in STRATEGIES:
+    if kind not in _SEARCHES:
         raise ValueError(f"Received an invalid value for argument `kind`, expected one of "
                          f"Greedy, Beam, Sample. Received: kind={kind!r}")
-    if kind is Beam:
-        next_logits, cache = start(settings["size"])
-        return beam_search(next_logits, cache, limits, settings["size"], settings["alpha"],
-                           settings["n_best"], initial_finished, return_stopped=return_stopped)
-    next_logits, cache = start(1)
-    if kind is Greedy:
-        tokens, log_probs = greedy_search(next_logits, cache, limits, initial_finished)
-    else:
-        tokens, log_probs = sample_search(next_logits, cache, limits, **settings,
-                                          initial_finished=initial_finished)
-    outputs = (tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis])  # (batch, 1, steps), (batch, 1)
-    if not return_stopped:
-        return outputs
-    ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
-    return (*outputs, ~ended & ~_flags(initial_finished, tf.shape(tokens)[0]))
+    return _SEARCHES[kind](settings, start, limits, initial_finished, return_stopped)
+
+
+def _run_beam(settings, start, limits, initial_finished, return_stopped):
+    next_logits, cache = start(settings["size"])
+    return beam_search(next_logits, cache, limits, settings["size"], settings["alpha"],
+                       settings["n_best"], initial_finished, return_stopped=return_stopped)
+
+
+def _one_row(search):
+    """A search of one row per sentence (`search(next_logits, cache, limits,
+    initial_finished, **settings) -> (tokens, log_probs)`) in `run_search`'s layout."""
+
+    def run(settings, start, limits, initial_finished, return_stopped):
+        next_logits, cache = start(1)
+        tokens, log_probs = search(next_logits, cache, limits,
+                                   initial_finished=initial_finished, **settings)
+        outputs = (tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis])  # (batch, 1, steps), (batch, 1)
+        if not return_stopped:
+            return outputs
+        ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
+        return (*outputs, ~ended & ~_flags(initial_finished, tf.shape(tokens)[0]))
+
+    return run
+
+
+# The search of each strategy type of `transformer.strategies`.
+_SEARCHES = {Greedy: _one_row(greedy_search), Beam: _run_beam, Sample: _one_row(sample_search)}

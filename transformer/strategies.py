@@ -3,7 +3,11 @@
 What to search, not how: each is a frozen dataclass that checks its own
 settings and hands them over as a dict of numbers (`settings()`), whose
 names and dtypes (`SETTINGS`) are the scalar inputs of the compiled search
-of its type. How each is run on a model is `transformer.search.run_search`.
+of its type. Each answers what its consumers need to know of it through the
+`Strategy` protocol (rows and results per sentence, what its score divides
+`log P` by, whether a list may be decoded in two passes, CTranslate2's
+options), so that no consumer asks which type it is. The search that runs
+each type on a model is `transformer.search.run_search`.
 This module is standard library only (no TensorFlow), unlike `search.py`,
 so that `translate.py` checks its options before TensorFlow starts;
 `transformer.translate.Translator`, the SavedModel of `transformer.export`
@@ -24,8 +28,17 @@ from transformer import rundir  # standard library only
 from transformer._validation import check_int_at_least
 from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE
 
-__all__ = ["STRATEGIES", "Beam", "Greedy", "Sample", "check_strategy", "evaluation_strategy",
-           "run_strategy"]
+__all__ = ["BEAM_PATIENCE", "STRATEGIES", "Beam", "Greedy", "Sample", "Strategy",
+           "check_strategy", "evaluation_strategy", "run_strategy"]
+
+
+# CTranslate2's beam stops once round(beam size * BEAM_PATIENCE) hypotheses
+# have finished (`transformer.ctranslate2_translator`). With 1 it stops before
+# the project's search in a few sentences, which then differ; from 1.5 on, the
+# beam-4 translations of the runs measured are the project's but for about
+# one sentence in a thousand (BENCHMARKS.md, "Decoding engines"), and larger
+# values cost time.
+BEAM_PATIENCE = 1.5
 
 
 def _check_number(name, value, low, high, low_closed, high_closed=True):
@@ -39,22 +52,69 @@ def _check_number(name, value, low, high, low_closed, high_closed=True):
                          f"finite number in {interval}. Received: {name}={value!r}")
 
 
+class Strategy:
+    """What every search strategy answers, so that no consumer asks for its type.
+
+    Class attributes:
+        SETTINGS: `(name, dtype)` of the scalars its compiled search takes
+            (`settings()`); the SavedModel and the compiled pipelines take
+            them as inputs, so other numbers do not retrace.
+        TWO_PASSES: whether a list may be decoded in two passes, a first at
+            a short limit and then the sentences stopped there at their full
+            one, with the results of one pass: true when a sentence's output
+            does not depend on the batch it is decoded in.
+    """
+
+    SETTINGS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    TWO_PASSES: ClassVar[bool] = True
+
+    def settings(self) -> dict:
+        """The settings as the compiled search takes them, by name."""
+        return {}
+
+    @property
+    def rows_per_sentence(self) -> int:
+        """The hypotheses the search keeps per sentence (the cache's rows)."""
+        return 1
+
+    @property
+    def results_per_sentence(self) -> int:
+        """The translations it returns per sentence, best first."""
+        return 1
+
+    @classmethod
+    def penalty_alpha(cls, settings) -> float:
+        """The `alpha` of the length penalty `lp = ((5 + |Y|) / 6) ** alpha` that
+        its score divides `log P(Y | X)` by, from `settings()` (0: the score is
+        `log P`)."""
+        return 0.0
+
+    @property
+    def score_alpha(self) -> float:
+        """`penalty_alpha` of this object's settings."""
+        return float(self.penalty_alpha(self.settings()))
+
+    def ctranslate2_options(self) -> dict:
+        """The options of CTranslate2's `translate_batch` that run this search,
+        `beam_size` and `length_penalty` (the exponent CTranslate2 divides its
+        scores by) always among them."""
+        return {"beam_size": 1, "length_penalty": 0.0}
+
+    def random_seed(self) -> int | None:
+        """The seed of a search that draws at random; None for one that does not."""
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
-class Greedy:
+class Greedy(Strategy):
     """Greedy decoding: the most probable token at every step (the tutorial's).
 
     `Translation.score` is the plain `log P(Y | X)`.
     """
 
-    SETTINGS: ClassVar[tuple[tuple[str, str], ...]] = ()
-
-    def settings(self):
-        """The settings as the compiled search takes them: none."""
-        return {}
-
 
 @dataclasses.dataclass(frozen=True)
-class Beam:
+class Beam(Strategy):
     """Beam search (section 6.1 of the paper: a beam of 4, length penalty alpha = 0.6).
 
     Keeps `size` live hypotheses per sentence and returns the `n_best` best
@@ -81,9 +141,31 @@ class Beam:
         """`{"size", "alpha", "n_best"}` as numbers."""
         return {"size": self.size, "alpha": float(self.alpha), "n_best": self.n_best}
 
+    @property
+    def rows_per_sentence(self):
+        return self.size
+
+    @property
+    def results_per_sentence(self):
+        return self.n_best
+
+    @classmethod
+    def penalty_alpha(cls, settings):
+        return settings["alpha"]
+
+    def ctranslate2_options(self):
+        """A beam of 1 is greedy decoding; a wider one searches with
+        `BEAM_PATIENCE`, keeping that many times `size` finished hypotheses
+        for the project's re-ranking by `log P / lp`."""
+        if self.size == 1:
+            return super().ctranslate2_options()
+        return {"beam_size": self.size, "length_penalty": float(self.alpha),
+                "patience": BEAM_PATIENCE,
+                "num_hypotheses": max(self.n_best, round(self.size * BEAM_PATIENCE))}
+
 
 @dataclasses.dataclass(frozen=True)
-class Sample:
+class Sample(Strategy):
     """Sampling: every token drawn from the model's distribution, reshaped.
 
     The logits are divided by `temperature` (> 0; below 1 sharper), cut to
@@ -102,6 +184,8 @@ class Sample:
     SETTINGS: ClassVar[tuple[tuple[str, str], ...]] = (
         ("seed", "int64"), ("temperature", "float32"), ("top_k", "int32"),
         ("top_p", "float32"))
+    # A draw depends on the sentence's row in its batch: one pass, in the list's order.
+    TWO_PASSES: ClassVar[bool] = False
 
     def __post_init__(self):
         _check_number("temperature", self.temperature, 0, math.inf, False, False)
@@ -119,13 +203,23 @@ class Sample:
                 "temperature": float(self.temperature), "top_k": self.top_k or 0,
                 "top_p": 1.0 if self.top_p is None else float(self.top_p)}
 
+    def ctranslate2_options(self):
+        settings = self.settings()
+        return {"beam_size": 1, "length_penalty": 0.0, "sampling_topk": settings["top_k"],
+                "sampling_topp": settings["top_p"],
+                "sampling_temperature": settings["temperature"]}
+
+    def random_seed(self):
+        """The seed (a missing one drawn afresh, as `settings()` does)."""
+        return self.settings()["seed"]
+
 
 STRATEGIES = (Greedy, Beam, Sample)
 
 
 def check_strategy(search, name="search"):
     """Raises a Keras-style ValueError unless `search` is a strategy object."""
-    if not isinstance(search, STRATEGIES):
+    if not isinstance(search, Strategy):
         raise ValueError(f"Received an invalid value for argument `{name}`, expected "
                          f"Greedy(), Beam(...) or Sample(...). Received: {name}={search!r}")
     return search

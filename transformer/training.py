@@ -1,11 +1,9 @@
-"""The math of training, section 5 of the paper: the learning-rate schedule, masked loss and accuracy.
+"""The math of training, section 5 of the paper: optimizer, schedule, masked loss and accuracy.
 
-Section 5.3 of Vaswani et al., 2017 (optimizer and schedule) and section 5.4
-(label smoothing). Loss and accuracy are averaged over non-padding target
-tokens only (docs/design.md, "Math"). The run around them (configuration,
-callbacks, evaluation, `train`) is `transformer.run`; the optimizer a run
-uses, Adam with this schedule and the paper's settings, with fused updates
-and a moving average of the weights, is `transformer.kernels.optimizers.make_optimizer`.
+Section 5.3 of Vaswani et al., 2017 (`make_optimizer`, `CustomSchedule`) and
+section 5.4 (label smoothing). Loss and accuracy are averaged over
+non-padding target tokens only (docs/design.md, "Math"). The run around them
+(configuration, callbacks, evaluation, `train`) is `transformer.run`.
 Public Keras and TensorFlow API only (tests/test_public_api_only.py).
 """
 
@@ -16,18 +14,23 @@ import math
 import keras
 import tensorflow as tf
 
+from transformer import seams
 from transformer._validation import (
     check_choice,
     check_learning_rate,
     check_positive_int,
     check_rate,
 )
-from transformer.constants import DECAYS, PAD_ID
+from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, DECAYS, PAD_ID
 
 # A schedule that decays to zero warms up for `warmup_steps` or for this share
-# of the run, whichever is shorter, so that a short run spends most of its
-# updates near the peak rather than rising to it.
-DECAY_WARMUP_SHARE = 0.1
+# of the run, whichever is shorter: a run shorter than its warm-up still
+# reaches the peak, and then cools down (`COOLDOWN_SHARE`).
+DECAY_WARMUP_SHARE = 0.8
+
+# The cool-down of `decay="cooldown"`: the last fifth of the run (Hägele et al.,
+# 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations").
+COOLDOWN_SHARE = 0.2
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -66,7 +69,9 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     `warmup_steps` or `DECAY_WARMUP_SHARE` of the run, whichever is shorter:
     with `w = min(warmup_steps, DECAY_WARMUP_SHARE * total_steps)`,
     `lrate = peak * min(max(step / w, p / DECAY_WARMUP_SHARE), f(p))`, where
-    `f(p) = 1 - p` (linear) or `(1 + cos(pi * p)) / 2` (cosine).
+    `f(p) = 1 - p` (linear), `(1 + cos(pi * p)) / 2` (cosine) or
+    `min(1, (1 - p) / COOLDOWN_SHARE)` (cooldown: at the peak, then a straight
+    fall over the run's last `COOLDOWN_SHARE`).
 
     Keras calls the schedule with the optimizer's `iterations`, which counts the
     updates already applied, so the first update sees step 0 and a learning rate
@@ -81,8 +86,8 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
             shorter run than `warmup_steps` warms up over all of them, and
             None keeps the paper's warm-up whatever the run's length. A
             decay to zero needs it: the rate is zero there.
-        decay: one of `DECAYS`: "inverse_sqrt" (the paper's), "linear" or
-            "cosine".
+        decay: one of `DECAYS`: "inverse_sqrt" (the paper's), "linear",
+            "cosine" or "cooldown".
 
     Example:
 
@@ -94,9 +99,9 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     >>> short = CustomSchedule(128, 4000, total_steps=2000)  # the peak at step 2000
     >>> round(float(short(2000)), 6), round(float(short(1000)), 6)
     (0.001398, 0.000699)
-    >>> linear = CustomSchedule(128, 800, 2e-3, total_steps=1000, decay="linear")
-    >>> [round(float(linear(step)), 6) for step in (50, 100, 500, 1000)]
-    [0.001, 0.0018, 0.001, 0.0]
+    >>> cooldown = CustomSchedule(128, 400, 2e-3, total_steps=1000, decay="cooldown")
+    >>> [round(float(cooldown(step)), 6) for step in (200, 400, 800, 900, 1000)]
+    [0.001, 0.002, 0.002, 0.001, 0.0]
     """
 
     def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None, total_steps=None,
@@ -134,6 +139,15 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
             return min(self.warmup_steps, DECAY_WARMUP_SHARE * self.total_steps)
         return min(self.warmup_steps, self.total_steps or self.warmup_steps)
 
+    def describe(self) -> str:
+        """The schedule in words, for a run's log."""
+        rise = f"up to {self.peak:.2e} in {self.warmup_steps} steps"
+        if self.decay == "inverse_sqrt":
+            fitted = " (sooner if the run ends sooner)" if self.total_steps else ""
+            return f"{rise}{fitted}, then down as 1/sqrt(step)"
+        return (f"{rise} (or {DECAY_WARMUP_SHARE:g} of the run, if sooner), then down to 0 "
+                f"({self.decay}) at the run's end: step {self.total_steps}, or its time budget")
+
     def set_time_progress(self, progress: float) -> None:
         """Ends the warm-up (and a decay) by time too: `progress` is the share
         of the run's time budget already used (clipped to [0, 1])."""
@@ -159,14 +173,39 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         progress = tf.clip_by_value(progress, 0.0, 1.0)
         if self.decay == "linear":
             fall = 1.0 - progress
-        else:
+        elif self.decay == "cosine":
             fall = 0.5 * (1.0 + tf.math.cos(math.pi * progress))
+        else:
+            fall = tf.math.minimum(1.0, (1.0 - progress) / COOLDOWN_SHARE)
         return self.peak * tf.math.minimum(rise, fall)
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
                 "peak_learning_rate": self.peak_learning_rate,
                 "total_steps": self.total_steps, "decay": self.decay}
+
+
+def make_optimizer(
+    d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
+    total_steps: int | None = None, ema_momentum: float = 0.0, decay: str = "inverse_sqrt",
+) -> keras.optimizers.Adam:
+    """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
+    `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments).
+
+    `ema_momentum` > 0 also keeps a moving average of the weights, updated
+    after every step as `average = m * average + (1 - m) * weights`; 0 keeps
+    none. The Adam is `transformer.seams.adam`: Keras' Adam with fused updates.
+
+    Example:
+
+    >>> optimizer = make_optimizer(128, 4000)
+    >>> optimizer.beta_1, optimizer.beta_2, optimizer.epsilon
+    (0.9, 0.98, 1e-09)
+    """
+    ema_momentum = check_rate("ema_momentum", ema_momentum)
+    schedule = CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps, decay)
+    return seams.adam(schedule, ema_momentum=ema_momentum, beta_1=ADAM_BETA_1,
+                      beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON)
 
 
 def token_losses(label, pred, label_smoothing):

@@ -339,7 +339,7 @@ class Translator:
         """
         settings = setting_tensors(search)  # a Sample's missing seed is drawn once
         full_extra = self._extra_length()
-        first_pass = not isinstance(search, Sample)
+        first_pass = search.TWO_PASSES
         order = list(range(len(sentences)))
         if first_pass:
             order.sort(key=lambda i: len(sentences[i]))
@@ -389,8 +389,7 @@ class Translator:
         if full_extra is not None:
             full = output_limits(out.encoder_tokens, max_length, full_extra).numpy()
             cut = out.stopped.numpy() & (out.limits.numpy() < full) & ~empty
-        alpha = search.alpha if isinstance(search, Beam) else 0.0  # greedy, sampling: log P
-        return self._results(out, tokens, empty, alpha, return_attention), cut
+        return self._results(out, tokens, empty, search.score_alpha, return_attention), cut
 
     def _results(self, out, tokens, empty, alpha, return_attention):
         """`Translation`s of a batch's `TranslationOutput` (lists with n-best)."""

@@ -27,11 +27,10 @@ from reference_models import (
 )
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.kernels.optimizers import make_optimizer
 from transformer.model import Transformer
 from transformer.model_config import TransformerConfig
 from transformer.run.recipes import TOY_DEFAULTS
-from transformer.training import MaskedLoss, masked_accuracy
+from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 
 CONTENDERS = ("ours", "keras_mha", "keras_hub")
 REFERENCE = "keras_mha"
@@ -129,11 +128,11 @@ def load_baseline(revision: str):
     training = importlib.import_module("transformer_baseline.training")
     for name in ("MaskedLoss", "masked_accuracy"):
         _BASELINE[name] = getattr(training, name)
-    try:
-        optimizers = importlib.import_module("transformer_baseline.kernels.optimizers")
-    except ModuleNotFoundError:  # a revision before transformer.kernels
-        optimizers = training
-    _BASELINE["make_optimizer"] = optimizers.make_optimizer
+    make_optimizer_of = getattr(training, "make_optimizer", None)
+    if make_optimizer_of is None:  # revisions that kept it beside the kernels
+        make_optimizer_of = importlib.import_module(
+            "transformer_baseline.kernels.optimizers").make_optimizer
+    _BASELINE["make_optimizer"] = make_optimizer_of
     _BASELINE["revision"] = revision
 
 

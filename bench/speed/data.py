@@ -177,10 +177,9 @@ def bench_pipeline(corpus, tokenizers, batch_size, max_tokens, train_steps, rows
     tutorial_epochs = [timed(lambda: sum(1 for _ in tutorial))[1] for _ in range(2)]
     tutorial_seconds = statistics.median(tutorial_epochs)
 
-    from transformer.kernels.optimizers import make_optimizer
     from transformer.model import Transformer
     from transformer.model_config import PRESETS
-    from transformer.training import masked_accuracy, masked_loss
+    from transformer.training import make_optimizer, masked_accuracy, masked_loss
 
     keras.utils.set_random_seed(0)
     preset = PRESETS["toy"]

@@ -93,11 +93,11 @@ def tensorflow_engine(run, variant, threads):
 def ctranslate2_engine(run, variant, threads, patience=None):
     """`(translate, precision)` of a CTranslate2 variant (`ct2-float32`, `ct2-int8`);
     `patience` replaces the beam's `BEAM_PATIENCE`."""
-    from transformer import ctranslate2_translator
+    from transformer import strategies
     from transformer.ctranslate2_translator import CTranslate2Translator, run_export_dir
 
     if patience is not None:
-        ctranslate2_translator.BEAM_PATIENCE = patience
+        strategies.BEAM_PATIENCE = patience
 
     quantization = variant.split("-", 1)[1]
     translator = CTranslate2Translator(run_export_dir(run, quantization),

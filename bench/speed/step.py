@@ -69,7 +69,7 @@ def _keras_optimizer(config):
     library's moving average by Keras' element-wise operations."""
     import keras
 
-    from transformer.kernels.optimizers import make_optimizer
+    from transformer.training import make_optimizer
 
     fused = make_optimizer(config.model.d_model, config.warmup_steps,
                            config.peak_learning_rate, None, config.ema_momentum)
@@ -121,9 +121,9 @@ def worker(args) -> dict:
     from transformer.data import load_corpus
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
-    from transformer.kernels.optimizers import make_optimizer
     from transformer.run import RunConfig
     from transformer.run.precision import default_precision
+    from transformer.training import make_optimizer
 
     if variant in ("before", "broadcast-logits"):
         model_module.TiedOutputProjection.call = _broadcast_logits

@@ -195,7 +195,7 @@ def search_strategy(args, run_dir=None):
     if beam is None and args.alpha is None:
         return evaluated  # as the run was evaluated
     if beam is None:
-        beam = evaluated.size if isinstance(evaluated, Beam) else 1
+        beam = evaluated.rows_per_sentence
     if beam == 1 and args.alpha is None:
         return Greedy()
     return Beam(size=beam, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,

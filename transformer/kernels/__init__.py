@@ -7,12 +7,15 @@ private members, or into the process, lives here, each piece equal to the
 Keras computation it replaces (tests/test_fast_ops.py, tests/test_training.py,
 tests/test_moving_average.py, tests/test_distributed_training.py):
 
-- `fast_ops`: dropout and the residual-and-layer-norm of section 3.1 in fewer
-  TensorFlow ops (used by the attention blocks, layers and model).
+- `fast_ops`: `Dropout` and `LayerNormalization`, Keras's layers in fewer
+  TensorFlow ops.
 - `optimizers`: `FusedAdam` (Keras' Adam, one kernel per weight),
   `AveragingAdam` (plus a warmed-up moving average of the weights),
-  `make_optimizer` (the paper's Adam and `CustomSchedule`), `use_moving_average`
-  and `learning_rate_schedule`.
+  `use_moving_average` and `learning_rate_schedule`.
+
+`transformer.seams` is the one place that puts the layers and optimizers in
+the place of Keras's in the paper's modules (attention, layers, model and
+`transformer.training.make_optimizer`), which import no kernel themselves.
 - `allocator`: keeps a step's freed memory for the next step
   (`use_fast_allocators`; standard library only).
 - `multiworker`: the workaround that lets Keras' `fit` run under

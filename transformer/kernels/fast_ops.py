@@ -2,13 +2,14 @@
 
 Nothing here changes what the model computes; each function or layer equals
 its Keras counterpart (tested in tests/test_fast_ops.py) and only costs less
-in a training step (measured in bench/TRAIN_SPEED.md):
+in a training step (BENCHMARKS.md, "Training speed"):
 
 - `Dropout`: `keras.layers.Dropout` with a random mask that costs half as
   much to draw.
-- `add_and_layer_norm`: the residual connection and layer norm of section
-  3.1 with its gradient written out; `normalize`, the same layer norm alone,
-  for pre-norm sublayers.
+- `LayerNormalization`: `keras.layers.LayerNormalization` with its gradient
+  written out.
+
+`transformer.seams` puts them in the place of Keras's layers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Dropout(keras.layers.Dropout):
     Keras draws one 32-bit uniform number per element; this layer draws 32
     random bits per two elements and compares each 16-bit half with
     `round(rate * 65536)`. Drawing the random numbers was the largest cost of
-    dropout in a training step (measurements in bench/TRAIN_SPEED.md). Elements are dropped with probability
+    dropout in a training step. Elements are dropped with probability
     `round(rate * 65536) / 65536` (for `rate = 0.1`: 0.1000061) and the kept
     ones are multiplied by the inverse of that keep probability (rounded to
     the compute dtype, as Keras does), so the expected output equals the
@@ -67,17 +68,6 @@ class Dropout(keras.layers.Dropout):
         return inputs * mask
 
 
-
-def _add_and_normalize(x, y, gamma, beta, epsilon):
-    """`LayerNorm(x + y)` over the last axis, the math of `keras.layers.LayerNormalization`.
-
-    The sum is taken in the inputs' dtype and normalized in float32 (as Keras
-    does under mixed precision); the result has the inputs' dtype.
-    """
-    z = tf.cast(x + y, tf.float32)  # (..., d_model)
-    return tf.cast(_layer_norm(z, gamma, beta, epsilon), x.dtype)  # (..., d_model)
-
-
 def _layer_norm(z, gamma, beta, epsilon):
     """`gamma * (z - mean) / sqrt(var + epsilon) + beta` over the last axis, float32.
 
@@ -113,54 +103,36 @@ def _layer_norm(z, gamma, beta, epsilon):
     return layer_norm(z, gamma, beta)
 
 
-def add_and_layer_norm(layer_norm, x, y):
-    """`layer_norm(x + y)`: the residual connection and layer norm of section 3.1.
+@keras.saving.register_keras_serializable(package="transformer")
+class LayerNormalization(keras.layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` with its gradient written out.
 
-    Computes what `layer_norm(x + y)` computes, with `layer_norm`'s own `gamma`,
-    `beta` and `epsilon`, in fewer TensorFlow ops than calling the layer: with
-    its gradient (written out in `_layer_norm`), 24 ops instead of 46, of which
-    7 instead of 11 multiplications (constants, reads and identities not
-    counted). The layer keeps its weights, so saved models are unchanged.
+    The same weights (`gamma`, `beta`) and the same math as Keras's layer over
+    the last axis, normalized in float32 (as Keras does under mixed precision),
+    the result in the layer's compute dtype; the gradient (`_layer_norm`) is 9
+    full-size operations where TensorFlow's automatic gradient of the forward
+    ops runs about 20. Other axes, `rms_scaling`, and a layer without `center`
+    or `scale` use Keras's own call.
 
-    Args:
-        layer_norm: a `keras.layers.LayerNormalization` over the last axis, with
-            `center` and `scale` on.
-        x: the sublayer's input `(..., d_model)`.
-        y: the sublayer's output after dropout, same shape.
+    Example:
 
-    Returns:
-        `(..., d_model)` in `layer_norm`'s compute dtype.
+    >>> layer = LayerNormalization(epsilon=1e-6)
+    >>> keras_layer = keras.layers.LayerNormalization(epsilon=1e-6)
+    >>> x = tf.random.stateless_normal((2, 3, 8), seed=(0, 1))
+    >>> bool(tf.reduce_all(tf.abs(layer(x) - keras_layer(x)) < 1e-5))
+    True
     """
-    return _apply_layer_norm(layer_norm, x, y, "add_and_layer_norm")
 
-
-def normalize(layer_norm, x):
-    """`layer_norm(x)` in the fewer ops of `add_and_layer_norm`: the layer norm of
-    a pre-norm sublayer (`x + sublayer(layer_norm(x))`).
-
-    Args:
-        layer_norm: a `keras.layers.LayerNormalization` over the last axis, with
-            `center` and `scale` on.
-        x: `(..., d_model)`.
-
-    Returns:
-        `(..., d_model)` in `layer_norm`'s compute dtype.
-    """
-    return _apply_layer_norm(layer_norm, x, None, "normalize")
-
-
-def _apply_layer_norm(layer_norm, x, y, name):
-    if not layer_norm.built:
-        layer_norm.build(x.shape)
-    dtype = layer_norm.compute_dtype
-    # Named, so that profiles show the layer norm as such.
-    with tf.name_scope(name):
-        # The layer's gamma and beta are float32 even under mixed precision
-        # (Keras never autocasts them).
-        gamma = tf.convert_to_tensor(layer_norm.gamma)  # (d_model,)
-        beta = tf.convert_to_tensor(layer_norm.beta)  # (d_model,)
-        x = tf.cast(x, dtype)
-        if y is None:
-            z = tf.cast(x, tf.float32)
-            return tf.cast(_layer_norm(z, gamma, beta, float(layer_norm.epsilon)), dtype)
-        return _add_and_normalize(x, tf.cast(y, dtype), gamma, beta, float(layer_norm.epsilon))
+    def call(self, inputs):
+        last_axis = list(self.axis) in ([-1], [len(inputs.shape) - 1])
+        if not (last_axis and self.center and self.scale) or self.rms_scaling:
+            return super().call(inputs)
+        # Named, so that profiles show the layer norm as such.
+        with tf.name_scope("layer_norm"):
+            # gamma and beta are float32 even under mixed precision (Keras never
+            # autocasts them).
+            gamma = tf.convert_to_tensor(self.gamma)  # (d_model,)
+            beta = tf.convert_to_tensor(self.beta)  # (d_model,)
+            dtype = self.compute_dtype
+            z = tf.cast(tf.cast(inputs, dtype), tf.float32)  # (..., d_model)
+            return tf.cast(_layer_norm(z, gamma, beta, float(self.epsilon)), dtype)

@@ -5,8 +5,9 @@
 warm-up of `tf.train.ExponentialMovingAverage`. Both override private members
 of Keras' optimizer (`_backend_update_step`, `_momentums`, `_velocities`,
 `_update_model_variables_moving_average`, ...), written against Keras 3.15;
-the paper's optimizer and schedule (section 5.3) are `make_optimizer` and
-`transformer.training.CustomSchedule`. The classes keep their registered
+the paper's optimizer and schedule (section 5.3) are
+`transformer.training.make_optimizer` and `CustomSchedule`, which build
+these classes through `transformer.seams`. The classes keep their registered
 names (`transformer>FusedAdam`, `transformer>AveragingAdam`), so saved
 models and checkpoints of earlier versions load and resume.
 """
@@ -17,15 +18,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from transformer._validation import check_rate
-from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON
-from transformer.training import CustomSchedule
-
 __all__ = [
     "AveragingAdam",
     "FusedAdam",
     "learning_rate_schedule",
-    "make_optimizer",
     "use_moving_average",
 ]
 
@@ -137,30 +133,10 @@ def use_moving_average(model) -> None:
     optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
     if not (isinstance(optimizer, AveragingAdam) and optimizer.use_ema):
         raise ValueError(
-            "Expected a model compiled with `make_optimizer(..., ema_momentum > 0)`, which "
+            "Expected a model compiled with `transformer.training.make_optimizer(..., ema_momentum > 0)`, which "
             f"keeps a moving average of the weights. Received: optimizer={optimizer!r}"
         )
     optimizer._overwrite_model_variables_with_average_value(model.trainable_variables)
-
-
-def make_optimizer(
-    d_model: int, warmup_steps: int = 4000, peak_learning_rate: float | None = None,
-    total_steps: int | None = None, ema_momentum: float = 0.0, decay: str = "inverse_sqrt",
-) -> keras.optimizers.Adam:
-    """Adam with the paper's settings (beta_1=0.9, beta_2=0.98, epsilon=1e-9) and
-    `CustomSchedule` (section 5.3 of Vaswani et al., 2017; its arguments):
-    a `FusedAdam`, Keras' Adam with fused updates.
-
-    `ema_momentum` > 0 also keeps a moving average of the weights, updated
-    after every step as `average = m * average + (1 - m) * weights`
-    (`AveragingAdam`); 0 keeps none.
-    """
-    ema_momentum = check_rate("ema_momentum", ema_momentum)
-    schedule = CustomSchedule(d_model, warmup_steps, peak_learning_rate, total_steps, decay)
-    adam = dict(beta_1=ADAM_BETA_1, beta_2=ADAM_BETA_2, epsilon=ADAM_EPSILON)
-    if ema_momentum:
-        return AveragingAdam(schedule, use_ema=True, ema_momentum=ema_momentum, **adam)
-    return FusedAdam(schedule, **adam)
 
 
 def learning_rate_schedule(optimizer):

@@ -191,9 +191,10 @@ class RunConfig:
         "reached in --warmup-steps")
     decay: str | None = setting(
         None, "how the rate falls after the warm-up: inverse_sqrt is the paper's 1/sqrt(step), "
-        "which never ends; linear and cosine reach zero when the run ends (its --epochs, or "
-        "its --time-budget, whichever comes first), with a warm-up of at most a tenth of the "
-        "run", section="schedule", kind="choice", choices=DECAYS,
+        "which never ends; linear, cosine and cooldown reach zero when the run ends (its "
+        "--epochs, or its --time-budget, whichever comes first), with a warm-up of at most "
+        "four fifths of the run: linear and cosine fall from the peak, cooldown stays at the "
+        "peak until the last fifth of the run", section="schedule", kind="choice", choices=DECAYS,
         default_help="{toy[decay]} for the toy corpus, {corpus[decay]} otherwise")
     fit_warmup: bool | None = setting(
         None, "a run shorter than --warmup-steps (by --epochs, or by --time-budget) warms "

@@ -68,9 +68,9 @@ CORPUS_DEFAULTS = {
     # a useful rate instead of rising all along. `fit_warmup` shortens it further
     # for runs shorter than that.
     "warmup_steps": 800,
-    # The rate falls to zero when the run ends (its epochs or its time budget),
-    # so that a run of any length ends annealed rather than at a high rate.
-    "decay": "linear",
+    # The peak until the last fifth of the run, then a fall to zero when it ends
+    # (its epochs or its time budget): a run of any length ends annealed.
+    "decay": "cooldown",
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # SentencePiece's own default model.

@@ -37,7 +37,7 @@ from transformer.data.loading import load_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.kernels.allocator import use_fast_allocators
 from transformer.kernels.multiworker import multi_worker_fit_workaround
-from transformer.kernels.optimizers import learning_rate_schedule, make_optimizer
+from transformer.kernels.optimizers import learning_rate_schedule
 from transformer.model import build_model
 from transformer.run import sampling
 from transformer.run.callbacks import (
@@ -57,7 +57,7 @@ from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.recipes import CorpusFacts, resolve
-from transformer.training import MaskedLoss, masked_accuracy
+from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 from transformer.translate import export_translator
 
 __all__ = ["TrainResult", "TrainingError", "train", "weights_fingerprint"]
@@ -348,11 +348,18 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
     with session.strategy.scope():
         keras.utils.set_random_seed(config.seed)
         model = build_model(config.model, data.input_vocab_size, data.target_vocab_size)
+        # A decay to zero ends at the run's end, and `fit_warmup` fits the warm-up into it.
+        ends = config.decay != "inverse_sqrt" or config.fit_warmup
         optimizer = make_optimizer(
             config.model.d_model, config.warmup_steps, config.peak_learning_rate,
-            _schedule_steps(config), config.ema_momentum, config.decay,
+            config.epochs * config.steps_per_epoch if ends else None, config.ema_momentum,
+            config.decay,
         )
-        schedule = _clocked_schedule(config, optimizer)
+        schedule = learning_rate_schedule(optimizer)
+        logger.info("Learning rate: %s.", schedule.describe())
+        if config.time_budget is not None and ends:
+            # The budget may end the warm-up and the decay too: TrainingClock tells it.
+            schedule.set_time_progress(0.0)
         model.compile(
             optimizer=optimizer,
             # Token-budget batches have a new shape every few steps, and the XLA
@@ -380,38 +387,9 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
         epoch, batch = divmod(initial_step, config.steps_per_epoch)
         logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                     epoch + 1, batch)
-    clock = TrainingClock(train_seconds, config.time_budget, schedule)
+    clock = TrainingClock(train_seconds, config.time_budget, schedule if ends else None)
     return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
                        initial_step=initial_step, clock=clock)
-
-
-def _schedule_steps(config: RunConfig) -> int | None:
-    """The run's length as its schedule takes it: a decay to zero ends there, and
-    `fit_warmup` fits the paper's warm-up into it; None keeps the paper's warm-up."""
-    if config.decay != "inverse_sqrt" or config.fit_warmup:
-        return config.epochs * config.steps_per_epoch
-    return None
-
-
-def _clocked_schedule(config: RunConfig, optimizer):
-    """Logs the optimizer's schedule; returns it when the run's `TrainingClock`
-    must tell it the share of the time budget used (else None)."""
-    schedule = learning_rate_schedule(optimizer)
-    if config.decay == "inverse_sqrt":
-        logger.info("Learning rate: up to %.2e in %d steps%s, then down as 1/sqrt(step).",
-                    schedule.peak, config.warmup_steps,
-                    " (sooner if the run ends sooner)" if config.fit_warmup else "")
-    else:
-        logger.info("Learning rate: up to %.2e in %d steps (or a tenth of the run, if sooner), "
-                    "then down to 0 at the run's end (%s, %s).", schedule.peak,
-                    config.warmup_steps, config.decay,
-                    f"by {format_seconds(config.time_budget)} or step {schedule.total_steps}"
-                    if config.time_budget is not None else f"step {schedule.total_steps}")
-    if config.time_budget is None or _schedule_steps(config) is None:
-        return None
-    # The budget may end the warm-up (and the decay) too: TrainingClock tells the schedule.
-    schedule.set_time_progress(0.0)
-    return schedule
 
 
 def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
