@@ -182,8 +182,8 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     assert f"{CORPUS_DEFAULTS['batch_size']} pairs' worth of tokens" in text
     assert (f"an {CORPUS_DEFAULTS['warmup_steps']:,}-step warm-up to the peak of the paper's "
             f"{PEAK_WARMUP_STEPS:,}-step one") in text
-    assert CORPUS_DEFAULTS["decay"] == "cooldown" and COOLDOWN_SHARE == 0.2
-    assert "the peak until the last fifth of the run and a straight fall to zero" in text
+    assert CORPUS_DEFAULTS["decay"] == "inverse_sqrt" and "then the paper's decay" in text
+    assert COOLDOWN_SHARE == 0.2 and "keeps the peak until the last fifth of the run" in text
     assert f"about {TARGET_PAIRS_SEEN:,} pairs, {MIN_EPOCHS} to {MAX_EPOCHS}" in text
     assert f"beam {CORPUS_DEFAULTS['eval_beam_size']} and alpha {DEFAULT_ALPHA}" in text
     assert (f"on course for {SAMPLING_MIN_PASSES} passes or more" in text

@@ -68,9 +68,9 @@ CORPUS_DEFAULTS = {
     # a useful rate instead of rising all along. `fit_warmup` shortens it further
     # for runs shorter than that.
     "warmup_steps": 800,
-    # The peak until the last fifth of the run, then a fall to zero when it ends
-    # (its epochs or its time budget): a run of any length ends annealed.
-    "decay": "cooldown",
+    # The paper's decay: a cool-down to zero at the run's end (`--decay cooldown`)
+    # gained less than the seeds' spread in 5-minute runs (BENCHMARKS.md).
+    "decay": "inverse_sqrt",
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # SentencePiece's own default model.
