@@ -1,5 +1,6 @@
 """The step's faster pieces compute Keras's math: `LayerNormalization` with its
-written-out gradient and `Dropout` with 16-bit random numbers."""
+written-out gradient, `Dropout` with 16-bit random numbers, and the training
+loss's `softmax_cross_entropy` with its written-out gradient."""
 
 import keras
 import numpy as np
@@ -127,3 +128,48 @@ def test_dropout_gradient_is_the_mask_and_dtype_is_kept():
     np.testing.assert_allclose(grad, np.where(y.numpy() != 0, scale, 0.0), rtol=1e-6)
     half = Dropout(0.25, seed=2, dtype="mixed_bfloat16")(tf.ones((4, 4)), training=True)
     assert half.dtype == tf.bfloat16
+
+
+def _losses_and_logit_grads(fn, label, pred, eps, dy):
+    with tf.GradientTape() as tape:
+        tape.watch(pred)
+        losses = fn(label, pred, eps)
+    return losses, tape.gradient(losses, pred, output_gradients=dy)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("shape", [(2, 5, 11), (7, 13)])
+def test_softmax_cross_entropy_equals_token_losses_and_its_gradient(shape, eps):
+    from transformer.kernels.fast_ops import softmax_cross_entropy
+    from transformer.training import token_losses
+
+    def reference(label, pred, eps):  # token_losses takes (batch, target_len) labels
+        return token_losses(label[None], pred[None], eps)[0] if len(shape) == 2 else \
+            token_losses(label, pred, eps)
+
+    rng = np.random.default_rng(3)
+    pred = tf.constant(rng.standard_normal(shape) * 4, tf.float32)
+    label = tf.constant(rng.integers(0, shape[-1], shape[:-1]), tf.int32)
+    dy = tf.constant(rng.standard_normal(shape[:-1]), tf.float32)
+    got, got_grad = _losses_and_logit_grads(softmax_cross_entropy, label, pred, eps, dy)
+    want, want_grad = _losses_and_logit_grads(reference, label, pred, eps, dy)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_grad.numpy(), want_grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_cross_entropy_caps_an_underflowed_probability_and_keeps_the_gradient():
+    from transformer.kernels.fast_ops import TINY, softmax_cross_entropy
+
+    pred = tf.constant([[0.0, 200.0, 0.0]])  # p(label 0) = exp(-200): 0 in float32
+    label = tf.constant([0])
+    losses, grad = _losses_and_logit_grads(softmax_cross_entropy, label, pred, 0.0,
+                                           tf.ones((1,)))
+    assert float(losses[0]) == pytest.approx(-np.log(TINY), rel=1e-6)
+    np.testing.assert_allclose(grad.numpy(), [[-1.0, 1.0, 0.0]], atol=1e-6)
+
+
+def test_softmax_cross_entropy_raises_on_a_label_outside_the_vocabulary():
+    from transformer.kernels.fast_ops import softmax_cross_entropy
+
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        softmax_cross_entropy(tf.constant([[1, 5]]), tf.zeros((1, 2, 5)))

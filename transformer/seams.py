@@ -2,7 +2,8 @@
 
 The paper's modules build every layer norm and dropout with `LayerNormalization`
 and `Dropout` of this module, and `transformer.training.make_optimizer` its
-Adam with `adam`. Each is Keras's own class or a drop-in subclass of it from
+Adam with `adam`, and `transformer.training.MaskedLoss` computes the token
+losses of a step without XLA with `token_losses`. Each is Keras's own class or a drop-in subclass of it from
 `transformer.kernels`, with the same arguments, weights and math in fewer
 operations (tests/test_fast_ops.py, tests/test_training.py,
 tests/test_moving_average.py), so the paper's modules read as Keras and as
@@ -12,10 +13,13 @@ on Keras's own layers, point these names at them before building it.
 
 from __future__ import annotations
 
-from transformer.kernels.fast_ops import Dropout, LayerNormalization
+from transformer.kernels.fast_ops import Dropout, LayerNormalization, softmax_cross_entropy
 from transformer.kernels.optimizers import AveragingAdam, FusedAdam
 
-__all__ = ["Dropout", "LayerNormalization", "adam"]
+__all__ = ["Dropout", "LayerNormalization", "adam", "token_losses"]
+
+# `transformer.training.token_losses`' math with its gradient written out.
+token_losses = softmax_cross_entropy
 
 
 def adam(learning_rate, *, ema_momentum: float = 0.0, **settings):

@@ -243,21 +243,23 @@ def token_losses(label, pred, label_smoothing):
 # "Training speed"). XLA compiles once per new logits shape, which a training
 # run pays once per distinct padded target length: on batches of many shapes
 # (token-budget batches of real text) the compilations cost more than the
-# fused loops save, and `MaskedLoss(jit_compile=False)` uses TensorFlow's
-# kernels instead (BENCHMARKS.md, "Training speed").
+# fused loops save, and `MaskedLoss(jit_compile=False)` takes the same math
+# from `transformer.seams.token_losses` instead: one softmax with its gradient
+# written out (BENCHMARKS.md, "Training speed").
 _xla_token_losses = tf.function(token_losses, jit_compile=True, reduce_retracing=True)
 
 
 def _checked_token_losses(label, pred, label_smoothing, jit_compile=True):
-    """`token_losses`, compiled by XLA unless `jit_compile` is False; with XLA,
-    after checking that every label indexes the logits.
+    """`token_losses`, compiled by XLA, after checking that every label indexes
+    the logits; with `jit_compile` False, the same math from
+    `transformer.seams.token_losses`.
 
     XLA's gather clamps an out-of-range index where TensorFlow's raises, so a
     target vocabulary larger than the model's would otherwise train silently
     on wrong logits. The check is one pass over the `(batch, target_len)` ids.
     """
     if not jit_compile:
-        return token_losses(label, pred, label_smoothing)  # TensorFlow's gather checks
+        return seams.token_losses(label, pred, label_smoothing)  # its gather checks
     label = tf.cast(label, tf.int32)  # (batch, target_len)
     message = (
         "Received a target token id outside [0, vocab_size) of the logits: the target "

@@ -23,7 +23,18 @@ machine:
 - `xla-loss`: the loss compiled by XLA, once per new batch shape;
 - `fixed-shapes`: every batch padded to a length that is a multiple of 8
   (`length_step` of `budget_batches_from_tokens`); `xla-step`: the same with
-  the whole step compiled by XLA.
+  the whole step compiled by XLA;
+- `gather-loss`: the token losses by TensorFlow's automatic gradient of
+  `training.token_losses` instead of `seams.token_losses`' written-out one.
+
+Each worker also counts the timed steps' matrix FLOPs from their real batch
+shapes (`timing.step_flops`) and reports the achieved GFLOP/s, the padded
+share of the source and target tokens and the final projection's share of the
+FLOPs. With `--ceiling` (the default), one more process times a plain
+2048 x 2048 matmul in the same precision on the same core, and each variant's
+GFLOP/s is also given as a share of that ceiling. `--profile N` profiles N
+more steps of each variant with TensorFlow's profiler and writes op time per
+category and op type (`<output>_<variant>_profile.txt`).
 
 Each process learns the vocabulary from the training file, runs `--skip`
 steps of the stream untimed (most batch shapes are then built; `--skip 5`
@@ -52,7 +63,7 @@ from common import RESULTS, machine, worker_json, write_json
 from transformer.kernels.allocator import BFC_ALLOCATOR_ENV  # standard library only
 
 VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn", "malloc",
-            "arena1", "xla-loss", "fixed-shapes", "xla-step")
+            "arena1", "xla-loss", "fixed-shapes", "xla-step", "gather-loss")
 TOKENS = "ms per 1000 target tokens"
 
 
@@ -109,9 +120,55 @@ def _allocator(variant) -> None:
         ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
 
 
+def ceiling_worker() -> dict:
+    """A plain matmul's GFLOP/s in this CPU's precision for `train.py`: the ceiling."""
+    from speed.timing import matmul_ceiling_fn
+    from transformer.run.precision import default_precision
+
+    precision = default_precision()
+    run, flops = matmul_ceiling_fn(precision)
+    for _ in range(3):
+        run()
+    seconds = []
+    for _ in range(15):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    return {"GFLOP/s": round(flops / statistics.median(seconds) / 1e9, 1),
+            "precision": precision}
+
+
+def _shape_facts(batches, model_config, vocab) -> dict:
+    """Matrix FLOPs, padded shares and the final projection's share of `batches`."""
+    import tensorflow as tf
+
+    from speed.timing import step_flops
+
+    flops = {"train_step": 0.0, "final_projection": 0.0}
+    slots = {"source": 0, "target": 0}
+    real = {"source": 0, "target": 0}
+    for (context, _), labels in batches:
+        batch, source_len = context.shape
+        target_len = labels.shape[1]
+        counted = step_flops(model_config, batch, source_len, target_len, vocab)
+        for key in flops:
+            flops[key] += counted[key]
+        for side, tokens in (("source", context), ("target", labels)):
+            slots[side] += int(tf.size(tokens))
+            real[side] += int(tf.math.count_nonzero(tokens))
+    return {"flops": flops["train_step"],
+            "final projection share of FLOPs": round(flops["final_projection"]
+                                                     / flops["train_step"], 3),
+            **{f"padded share, {side}": round(1 - real[side] / slots[side], 3)
+               for side in slots}}
+
+
 def worker(args) -> dict:
-    """One variant in this process; returns wall ms per step and per 1,000 target tokens."""
+    """One variant in this process; returns wall ms per step and per 1,000 target
+    tokens, and its GFLOP/s."""
     variant = args.variant
+    if variant == "ceiling":
+        return ceiling_worker()
     _allocator(variant)
     import keras
     import tensorflow as tf
@@ -127,6 +184,10 @@ def worker(args) -> dict:
 
     if variant in ("before", "broadcast-logits"):
         model_module.TiedOutputProjection.call = _broadcast_logits
+    if variant == "gather-loss":
+        from transformer import seams
+
+        seams.token_losses = training.token_losses
     config = RunConfig(data=args.data, precision=default_precision())  # train.py's choice here
     keras.mixed_precision.set_global_policy(config.precision)
     corpus = load_corpus(data=args.data, seed=0)
@@ -151,13 +212,27 @@ def worker(args) -> dict:
     model.fit(stream.take(args.skip), verbose=0)
     part = stream.skip(args.skip).take(args.steps)
     real = sum(int(tf.math.count_nonzero(labels)) for _, labels in part)
+    facts = _shape_facts(part, config.model, int(tokenizers.target.get_vocab_size()))
     start = time.perf_counter()
     model.fit(part, verbose=0)
     seconds = time.perf_counter() - start
-    return {"ms per step": round(seconds / args.steps * 1000, 1),
-            TOKENS: round(seconds / real * 1e6, 1),
-            "optimizer": type(model.optimizer).__name__, "precision": config.precision,
-            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's choice")}
+    result = {"ms per step": round(seconds / args.steps * 1000, 1),
+              TOKENS: round(seconds / real * 1e6, 1),
+              "GFLOP/s": round(facts.pop("flops") / seconds / 1e9, 1), **facts,
+              "optimizer": type(model.optimizer).__name__, "precision": config.precision,
+              "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's choice")}
+    if args.profile:
+        from speed.timing import profile_ops
+
+        more = stream.skip(args.skip + args.steps).take(args.profile)
+        profile = profile_ops(lambda: model.fit(more, verbose=0), args.profile)
+        if profile is not None:
+            _, by_category, by_op = profile
+            result["op ms per step"] = {name: round(value * 1000, 2)
+                                        for name, value in by_category.most_common()}
+            result["op ms per step, top op types"] = {
+                name: round(value * 1000, 2) for name, value in by_op.most_common(12)}
+    return result
 
 
 def environment(variant) -> dict:
@@ -178,7 +253,11 @@ def add_arguments(parser) -> None:
                         help="the token budget train.py sizes for the development corpus")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "before"])
-    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time a plain matmul, the ceiling of the GFLOP/s")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile N more steps of each variant (op time by category)")
+    parser.add_argument("--variant", choices=(*VARIANTS, "ceiling"), help=argparse.SUPPRESS)
     parser.add_argument("--output", default=str(RESULTS / "step_kernels.json"))
 
 
@@ -189,25 +268,34 @@ def run(args, parser=None) -> int:
         return 0
     before = machine()
     arguments = ["--data", args.data, "--steps", str(args.steps), "--skip", str(args.skip),
-                 "--batch-tokens", str(args.batch_tokens)]
+                 "--batch-tokens", str(args.batch_tokens), "--profile", str(args.profile)]
     runs = {variant: [] for variant in args.variants}
     for round_index in range(args.rounds):
         for variant in args.variants:
             command = [sys.executable, args.entry, "step", *arguments, "--variant", variant]
             runs[variant].append(worker_json(command, environment(variant), f"step {variant}"))
             print(f"round {round_index + 1} {variant}: {runs[variant][-1]}", flush=True)
-    summary = {v: {"ms per step": statistics.median(r["ms per step"] for r in results),
-                   TOKENS: statistics.median(r[TOKENS] for r in results)}
+    ceiling = None
+    if args.ceiling:
+        command = [sys.executable, args.entry, "step", "--data", args.data, "--variant", "ceiling"]
+        ceiling = worker_json(command, environment("default"), "the matmul ceiling")
+        print(f"ceiling: {ceiling['GFLOP/s']} GFLOP/s ({ceiling['precision']})", flush=True)
+    summary = {v: {key: statistics.median(r[key] for r in results)
+                   for key in ("ms per step", TOKENS, "GFLOP/s")}
                for v, results in runs.items()}
     reference = args.variants[0]
     print("\nmedians over rounds:")
     for variant, values in summary.items():
         values["time / " + reference] = round(values[TOKENS] / summary[reference][TOKENS], 3)
+        if ceiling:
+            values["of ceiling"] = round(values["GFLOP/s"] / ceiling["GFLOP/s"], 3)
         print(f"  {variant:17s} {values['ms per step']:7.1f} ms per step, "
               f"{values[TOKENS]:7.1f} ms per 1,000 target tokens, "
-              f"{values['time / ' + reference]:.3f}x {reference}'s time")
+              f"{values['time / ' + reference]:.3f}x {reference}'s time, "
+              f"{values['GFLOP/s']:.1f} GFLOP/s"
+              + (f" ({100 * values['of ceiling']:.0f}% of the ceiling)" if ceiling else ""))
     write_json(args.output, {"machine_before": before, "machine_after": machine(),
                              "precision": runs[reference][0]["precision"],
                              "args": {k: v for k, v in vars(args).items() if k != "entry"},
-                             "runs": runs, "summary": summary})
+                             "ceiling": ceiling, "runs": runs, "summary": summary})
     return 0

@@ -37,11 +37,11 @@ def step_flops(cfg: TransformerConfig, batch, src_len, tgt_len, target_vocab) ->
     S = source length, T = target length, d = d_model, f = dff (the heads split
     d, so the attention products sum to the same count as one head of width d):
 
-    encoder layer (S tokens):
+    encoder layer (S tokens; `num_layers` of them):
         Q, K, V and output projections   4 * 2 B S d d
         Q K^T and weights @ V            2 * 2 B S S d
         feed-forward d -> f -> d         2 * 2 B S d f
-    decoder layer (T tokens):
+    decoder layer (T tokens; `decoder_layers` of them):
         self-attention projections       4 * 2 B T d d
         self Q K^T and weights @ V       2 * 2 B T T d   (full T x T; the mask adds -1e9,
                                                          nothing is skipped)
@@ -57,13 +57,13 @@ def step_flops(cfg: TransformerConfig, batch, src_len, tgt_len, target_vocab) ->
     counted (they are not matmuls).
     """
     B, S, T, d, f, V = batch, src_len, tgt_len, cfg.d_model, cfg.dff, target_vocab
-    L = cfg.num_layers
+    L, D = cfg.num_layers, cfg.decoder_layers
     enc_proj = L * 4 * 2 * B * S * d * d
     enc_attn = L * 2 * 2 * B * S * S * d
     enc_ffn = L * 2 * 2 * B * S * d * f
-    dec_proj = L * (4 * 2 * B * T * d * d + 2 * 2 * B * T * d * d + 2 * 2 * B * S * d * d)
-    dec_attn = L * (2 * 2 * B * T * T * d + 2 * 2 * B * T * S * d)
-    dec_ffn = L * 2 * 2 * B * T * d * f
+    dec_proj = D * (4 * 2 * B * T * d * d + 2 * 2 * B * T * d * d + 2 * 2 * B * S * d * d)
+    dec_attn = D * (2 * 2 * B * T * T * d + 2 * 2 * B * T * S * d)
+    dec_ffn = D * 2 * 2 * B * T * d * f
     final = 2 * B * T * d * V
     forward = enc_proj + enc_attn + enc_ffn + dec_proj + dec_attn + dec_ffn + final
     return {
@@ -216,7 +216,10 @@ def _category(name, op):
     if name.rstrip(":") == "CpuExecutable":
         # An XLA-compiled function; in our step only the loss (training.py), forward and gradient.
         return "loss (log-softmax, gather, masking)"
-    if "loss" in lname or op in ("LogSoftmax", "SparseSoftmaxCrossEntropyWithLogits"):
+    if op == "ArgMax":
+        return "accuracy metric (arg-max)"
+    if "loss" in lname or "cross_entropy" in lname or \
+            op in ("LogSoftmax", "SparseSoftmaxCrossEntropyWithLogits"):
         return "loss (log-softmax, gather, masking)"
     if "final_layer" in lname or op == "BiasAddGrad":
         return "bias add / bias gradients"
@@ -236,24 +239,19 @@ def _category(name, op):
     return "other"
 
 
-def profile_step(contender, preset, precision, out_dir: Path):
+def profile_ops(run_steps, steps):
+    """Op time per step of `run_steps()` (which runs `steps` steps) under the TF
+    profiler: `(wall seconds per step, {category: seconds}, {op type: seconds})`,
+    or None where the profiler's trace format cannot be read."""
     import collections
     import glob
     import shutil
     import tempfile
 
-    cfg = PRESETS[preset]
-    work = WORKLOADS[preset]
-    (ctx, tin), tout = make_batch(work)
-    model = build_model(contender, cfg, work, precision)
-    for _ in range(3):
-        model.train_on_batch((ctx, tin), tout)
     logdir = tempfile.mkdtemp(prefix="train_speed_profile_")
-    steps = 2
     tf.profiler.experimental.start(logdir)
     start = time.perf_counter()
-    for _ in range(steps):
-        model.train_on_batch((ctx, tin), tout)
+    run_steps()
     wall = (time.perf_counter() - start) / steps
     tf.profiler.experimental.stop()
     try:
@@ -261,7 +259,7 @@ def profile_step(contender, preset, precision, out_dir: Path):
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
     except ImportError:
         shutil.rmtree(logdir, ignore_errors=True)
-        return {"wall_s": wall, "error": "xplane_pb2 not importable"}
+        return None
     path = glob.glob(logdir + "/**/*.xplane.pb", recursive=True)[0]
     space = xplane_pb2.XSpace()
     space.ParseFromString(Path(path).read_bytes())
@@ -283,8 +281,13 @@ def profile_step(contender, preset, precision, out_dir: Path):
                 by_cat[_category(name, op)] += seconds
                 by_op[op] += seconds
     shutil.rmtree(logdir, ignore_errors=True)
+    return wall, by_cat, by_op
+
+
+def profile_lines(title, wall, by_cat, by_op) -> list[str]:
+    """A profile as text: op time per category and the top op types."""
     total = sum(by_cat.values())
-    lines = [f"# Profile of one training step: {contender}, {preset}, {precision}",
+    lines = [f"# {title}",
              f"wall time per step {wall:.3f} s; summed op time {total:.3f} s "
              f"(ops run on {tf.config.threading.get_inter_op_parallelism_threads() or 'default'} "
              "inter-op threads, so op time can exceed wall time); load "
@@ -294,7 +297,28 @@ def profile_step(contender, preset, precision, out_dir: Path):
     lines += ["", "## Top op types"]
     for op, sec in by_op.most_common(20):
         lines.append(f"{sec:8.3f} s  {100 * sec / total:5.1f}%  {op}")
-    text = "\n".join(lines) + "\n"
+    return lines
+
+
+def profile_step(contender, preset, precision, out_dir: Path):
+    cfg = PRESETS[preset]
+    work = WORKLOADS[preset]
+    (ctx, tin), tout = make_batch(work)
+    model = build_model(contender, cfg, work, precision)
+    for _ in range(3):
+        model.train_on_batch((ctx, tin), tout)
+    steps = 2
+
+    def run_steps():
+        for _ in range(steps):
+            model.train_on_batch((ctx, tin), tout)
+
+    profile = profile_ops(run_steps, steps)
+    if profile is None:
+        return {"error": "xplane_pb2 not importable"}
+    wall, by_cat, by_op = profile
+    text = "\n".join(profile_lines(f"Profile of one training step: {contender}, {preset}, "
+                                   f"{precision}", wall, by_cat, by_op)) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"profile_{contender}_{preset}_{precision}.txt").write_text(text)
     print(text)

@@ -8,8 +8,12 @@ in a training step (BENCHMARKS.md, "Training speed"):
   much to draw.
 - `LayerNormalization`: `keras.layers.LayerNormalization` with its gradient
   written out.
+- `softmax_cross_entropy`: the cross-entropy of every token from its logits
+  (`transformer.training.token_losses`), on oneDNN's softmax, with its
+  gradient written out.
 
-`transformer.seams` puts them in the place of Keras's layers.
+`transformer.seams` puts them in the place of Keras's layers and of the
+training loss's TensorFlow ops.
 """
 
 from __future__ import annotations
@@ -136,3 +140,76 @@ class LayerNormalization(keras.layers.LayerNormalization):
             dtype = self.compute_dtype
             z = tf.cast(tf.cast(inputs, dtype), tf.float32)  # (..., d_model)
             return tf.cast(_layer_norm(z, gamma, beta, float(self.epsilon)), dtype)
+
+
+# The smallest normal float32: a probability below it is taken as it, so a
+# token's loss is at most -log(TINY), about 87.3, even where the softmax
+# underflows to 0. The gradient is exact either way.
+TINY = 1.1754944e-38
+
+
+def softmax_cross_entropy(label, pred, label_smoothing=0.0):
+    """Cross-entropy of every token from its logits: `token_losses`' math on
+    one softmax, with its gradient written out.
+
+    With p = softmax(pred) and the smoothed target q = (1 - eps) * one_hot(label)
+    + eps / vocab, the loss is -sum_v q_v log p_v = nll + eps * (pred_label -
+    mean_v(pred_v)), where nll = -log p_label, and its gradient with respect to
+    the logits is p - q. TensorFlow's automatic gradient of `token_losses`
+    makes a dense `(..., vocab)` tensor out of the gather's gradient and runs
+    the log-sum-exp backwards op by op; here the forward pass is one softmax
+    (oneDNN's, one pass over the logits), the picked probabilities and, with
+    smoothing, a mean, and the backward pass one product and a scatter of one
+    number per token. Padding is not masked here (`masked_loss` does).
+
+    Args:
+        label: int targets `(...)`; an id outside `[0, vocab)` raises.
+        pred: logits `(..., vocab)`, float32 (other float dtypes are cast).
+        label_smoothing: `eps` in [0, 1) (not checked).
+
+    Returns:
+        float32 losses `(...)`, each at most -log(`TINY`) (about 87.3).
+
+    Example:
+
+    >>> from transformer.training import token_losses
+    >>> pred = tf.random.stateless_normal((2, 3, 7), seed=(0, 1))
+    >>> label = tf.constant([[1, 2, 0], [6, 5, 4]])
+    >>> bool(tf.reduce_all(tf.abs(softmax_cross_entropy(label, pred, 0.1)
+    ...                           - token_losses(label, pred, 0.1)) < 1e-5))
+    True
+    """
+    pred = tf.cast(pred, tf.float32)  # (..., vocab)
+    label = tf.cast(label, tf.int32)  # (...)
+    eps = float(label_smoothing)
+
+    @tf.custom_gradient
+    def losses(pred):
+        with tf.name_scope("softmax_cross_entropy"):  # named, for profiles
+            probs = tf.nn.softmax(pred)  # (..., vocab)
+            rank = len(label.shape)  # the batch dims of the gathers
+            picked = tf.gather(probs, label, axis=-1, batch_dims=rank)  # (...)
+            loss = -tf.math.log(tf.maximum(picked, TINY))
+            if eps:
+                picked_logit = tf.gather(pred, label, axis=-1, batch_dims=rank)
+                loss += eps * (picked_logit - tf.reduce_mean(pred, axis=-1))
+
+        def grad(dy):
+            # d loss / d pred = p - q: every logit's p scaled by its token's
+            # gradient, less (1 - eps) at the label and eps / vocab everywhere.
+            with tf.name_scope("softmax_cross_entropy_grad"):
+                vocab = tf.shape(pred)[-1]
+                rows = tf.reshape(probs, [-1, vocab])  # (tokens, vocab)
+                dy_rows = tf.reshape(tf.cast(dy, tf.float32), [-1, 1])  # (tokens, 1)
+                grads = rows * dy_rows
+                if eps:
+                    grads -= dy_rows * (eps / tf.cast(vocab, tf.float32))
+                at_label = tf.stack(
+                    [tf.range(tf.shape(dy_rows)[0]), tf.reshape(label, [-1])], axis=1
+                )  # (tokens, 2)
+                grads = tf.tensor_scatter_nd_sub(grads, at_label, (1.0 - eps) * dy_rows[:, 0])
+                return tf.reshape(grads, tf.shape(pred))
+
+        return loss, grad
+
+    return losses(pred)
