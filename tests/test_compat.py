@@ -3,8 +3,11 @@
 `tests/fixtures/run_v1/` is a small run directory (config.json, tokenizers/,
 model.keras) written by the code before the decoder cache moved into the
 layers, with the translations that code produced (`expected.json`). It was
-made by `tests/fixtures/make_run_v1.py`; do not regenerate it, or it stops
-testing anything.
+made by `tests/fixtures/make_run_v1.py`. `tests/fixtures/model_v2/` is a
+pre-norm model with tied embeddings and a shallower decoder, saved before the
+encoder, the decoder and the model kept their hyperparameters as one
+`TransformerConfig`, with its logits (`tests/fixtures/make_model_v2.py`). Do
+not regenerate either, or they stop testing anything.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from transformer.model import Decoder, Encoder, TiedOutputProjection
+from transformer.model_config import TransformerConfig
 from transformer.strategies import Beam
 from transformer.translate import Translator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v1"
+MODEL_V2 = Path(__file__).parent / "fixtures" / "model_v2"
 
 
 def test_old_model_file_loads_with_the_registered_names():
@@ -50,3 +56,31 @@ def test_old_run_directory_translates_as_before():
         np.array(expected["attention_decoder_layer1_block2_first"]),
         atol=1e-5,
     )
+
+
+def test_a_model_saved_before_the_config_was_passed_down_loads_and_computes_the_same(tmp_path):
+    expected = json.loads((MODEL_V2 / "expected.json").read_text())
+    model = keras.saving.load_model(MODEL_V2 / "model.keras", compile=False)
+    config = TransformerConfig.from_dict(expected["config"])
+    assert model.config == config
+    assert model.encoder.config is model.decoder.config is model.config
+    assert (len(model.encoder.enc_layers), len(model.decoder.dec_layers)) == (2, 1)
+    assert isinstance(model.final_layer, TiedOutputProjection)  # still tied
+    inputs = (np.array(expected["context"]), np.array(expected["target"]))
+    np.testing.assert_allclose(model(inputs).numpy(), np.array(expected["logits"]), atol=1e-5)
+    model.save(tmp_path / "again.keras")  # and saves in today's format, which loads alike
+    again = keras.saving.load_model(tmp_path / "again.keras", compile=False)
+    np.testing.assert_allclose(again(inputs).numpy(), np.array(expected["logits"]), atol=1e-5)
+
+
+def test_stack_configs_written_one_field_at_a_time_still_load():
+    old = {"num_layers": 2, "d_model": 16, "num_heads": 2, "dff": 32, "vocab_size": 40,
+           "max_length": 20, "dropout_rate": 0.0, "normalize_first": True, "name": "decoder"}
+    decoder = Decoder.from_config(old)
+    assert len(decoder.dec_layers) == 2 and decoder.config.decoder_layers == 2
+    assert decoder.config.normalize_first and decoder.vocab_size == 40
+    encoder = Encoder.from_config({**old, "name": "encoder"})
+    assert encoder.config == TransformerConfig(num_layers=2, d_model=16, num_heads=2, dff=32,
+                                               max_length=20, dropout_rate=0.0,
+                                               normalize_first=True)
+    assert Encoder.from_config(encoder.get_config()).get_config() == encoder.get_config()

@@ -78,8 +78,8 @@ def test_the_memory_is_the_encoder_output_projected_once():
     context, padding_mask = model.encode(sources)
     np.testing.assert_array_equal(padding_mask.numpy()[:, 0, 0], random_sources(2, LENGTHS) == 0)
     cache, memory = model.initial_cache(context, padding_mask)
-    assert len(cache) == len(memory["cross"]) == model.num_layers
-    heads, depth = model.num_heads, model.d_model // model.num_heads
+    assert len(cache) == len(memory["cross"]) == model.config.num_layers
+    heads, depth = model.config.num_heads, model.config.d_model // model.config.num_heads
     assert cache[0][0].shape == (len(LENGTHS), heads, 0, depth)
     assert memory["cross"][0][0].shape == (len(LENGTHS), heads, max(LENGTHS), depth)
 

@@ -41,7 +41,7 @@ def test_cached_steps_of_a_two_layer_model_equal_the_full_pass_past_position_32(
     extending its own cache, at its own position) equal one full pass, for
     sources and targets longer than 32 tokens."""
     model = random_model(seed=5, max_length=64)
-    assert model.num_layers == 2
+    assert model.config.num_layers == 2
     sources = tf.constant(random_sources(5, [LONG, 37, 40]))
     targets = tf.constant(random_sources(6, [LONG] * 3, vocab_size=TARGET_VOCAB))
     full = model((sources, targets), training=False).numpy()  # (batch, LONG, vocab)

@@ -242,7 +242,7 @@ def test_config_maps_the_reserved_tokens_and_the_epsilon(random_export):
 def test_positional_table_is_the_projects_not_ctranslate2s(random_export):
     model, translator, source_vocab, target_vocab, directory = random_export
     # Without the table CTranslate2 uses its own sinusoid, and the scores move.
-    normalize_first, tie = model.normalize_first, model.tie_embeddings
+    normalize_first, tie = model.config.normalize_first, model.config.tie_embeddings
     spec = ctranslate2_spec(model, source_vocab, target_vocab)
     spec.encoder.position_encodings.encodings = model_spec.OPTIONAL
     spec.decoder.position_encodings.encodings = model_spec.OPTIONAL
@@ -336,7 +336,7 @@ def pre_norm_export(tiny_run, tmp_path_factory):
     )
     run_dir = train(config, verbose=0).run_dir
     tokenizers, model = load_run(run_dir)
-    assert model.normalize_first and model.tie_embeddings
+    assert model.config.normalize_first and model.config.tie_embeddings
     directory = export_ctranslate2(model, run_dir, tmp_path_factory.mktemp("y") / "ct2")
     assert (directory / "shared_vocabulary.json").is_file()
     info = json.loads((directory / EXPORT_INFO_FILE).read_text())

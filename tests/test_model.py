@@ -138,14 +138,14 @@ def test_a_deep_encoder_and_a_shallow_decoder_save_load_and_read_old_configs(tmp
     path = tmp_path / "deep_shallow.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
-    assert loaded.num_decoder_layers == 1
+    assert loaded.config.decoder_layers == 1
     np.testing.assert_array_equal(loaded((CONTEXT, TARGET)).numpy(), expected)
     old = model.get_config()
     del old["num_decoder_layers"]
     assert len(Transformer.from_config(old).decoder.dec_layers) == 3
     config = TransformerConfig(num_layers=3, num_decoder_layers=1, d_model=16, num_heads=4,
                                dff=32)
-    assert build_model(config, 30, 25).num_decoder_layers == config.decoder_layers == 1
+    assert build_model(config, 30, 25).config == config
     assert TransformerConfig(num_layers=3).decoder_layers == 3
     with pytest.raises(ValueError, match="num_decoder_layers"):
         TransformerConfig(num_decoder_layers=0)
@@ -169,13 +169,15 @@ def test_stacks_pass_the_layer_checks(cls, args, cached_steps):
     """Two layers, post-norm and pre-norm: config round trip, saving, dropout only
     in training and, for the decoder, the cached steps (tests/layer_checks.py)."""
     for normalize_first in (False, True):
+        config = TransformerConfig(num_layers=2, d_model=D_MODEL, num_heads=NUM_HEADS, dff=DFF,
+                                   max_length=MAX_LENGTH, dropout_rate=0.2,
+                                   normalize_first=normalize_first)
         layer = check_layer(
-            functools.partial(cls, 2, D_MODEL, NUM_HEADS, DFF, VOCAB, MAX_LENGTH, 0.2,
-                              normalize_first=normalize_first),
+            functools.partial(cls, config, VOCAB),
             args, {"padding_mask": SOURCE_PADDING}, dropout=True, cached_steps=cached_steps,
             not_in_config=("embedding",),
         )
-        assert layer.normalize_first is normalize_first
+        assert layer.config is config
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
@@ -370,7 +372,7 @@ def test_tied_model_saves_and_loads_with_the_sharing(tmp_path):
     path = tmp_path / "tied.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
-    assert loaded.tie_embeddings
+    assert loaded.config.tie_embeddings
     assert loaded.decoder.pos_embedding.embedding is loaded.encoder.pos_embedding.embedding
     np.testing.assert_array_equal(
         loaded((CONTEXT, TARGET)).numpy(), model((CONTEXT, TARGET)).numpy()
@@ -383,7 +385,7 @@ def test_tied_embeddings_need_one_vocabulary():
             "input_vocab_size=30, target_vocab_size=25")):
         _tiny(tie_embeddings=True)
     with pytest.raises(ValueError, match=re.escape("expected (25, 16)")):
-        Decoder(1, 16, 4, 32, vocab_size=25,
+        Decoder(TransformerConfig(num_layers=1, d_model=16, num_heads=4, dff=32), vocab_size=25,
                 embedding=keras.layers.Embedding(30, 16))
 
 
@@ -404,8 +406,8 @@ def test_pre_norm_model_closes_each_stack_with_a_layer_norm_and_saves(tmp_path):
     path = tmp_path / "pre.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
-    assert loaded.normalize_first
+    assert loaded.config.normalize_first
     np.testing.assert_array_equal(loaded((CONTEXT, TARGET)).numpy(), logits.numpy())
     config = TransformerConfig(num_layers=1, d_model=8, num_heads=2, dff=16, max_length=12,
                                normalize_first=True)
-    assert build_model(config, 30, 25).normalize_first
+    assert build_model(config, 30, 25).config.normalize_first

@@ -155,7 +155,7 @@ def test_attention_weights_shapes_rows_and_values(translator, test_pairs, search
     assert len(set(input_lengths)) > 1  # the batch is padded
     results = translator(sentences, search=search)
     model = translator.transformer
-    heads, layers = model.num_heads, model.num_layers
+    heads, layers = model.config.num_heads, model.config.num_layers
     for row, result in enumerate(results):
         n, s = len(result.tokens) - 1, len(result.input_tokens)
         assert s == input_lengths[row]
@@ -216,7 +216,7 @@ def test_unknown_words_go_through_unk(translator):
 
 
 def test_overlong_sentence_is_trimmed_with_a_warning(translator, caplog):
-    limit = translator.transformer.max_length
+    limit = translator.transformer.config.max_length
     sentence = " ".join(["o gato preto come o bolo"] * 12)  # far more than `limit` tokens
     with caplog.at_level(logging.WARNING, logger="transformer.translate"):
         result = translator(["o gato", sentence])[1]

@@ -376,9 +376,9 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     kind = search if isinstance(search, type) else type(search)
     settings = search.settings() if settings is None else settings
     encoder_tokens, input_lengths, empty = tokenize_and_trim(
-        tokenizers.source, sentences, int(model.max_length)
+        tokenizers.source, sentences, int(model.config.max_length)
     )
-    max_length = tf.minimum(max_length, int(model.max_length))
+    max_length = tf.minimum(max_length, int(model.config.max_length))
     limits = output_limits(encoder_tokens, max_length, extra_length)  # (batch,)
     tokens, scores, stopped = decode(model, encoder_tokens, limits, empty, kind, settings,
                                      return_stopped=True)
@@ -422,7 +422,7 @@ def compile_pipeline(tokenizers, model, kind):
 
 def default_max_length(model, max_length=DEFAULT_MAX_OUTPUT_LENGTH):
     """A translator's cap on output tokens: `max_length`, at most the model's."""
-    return min(int(max_length), int(model.max_length))
+    return min(int(max_length), int(model.config.max_length))
 
 
 def load_run(run_dir):

@@ -54,7 +54,7 @@ class _ExportedTranslator(tf.Module):
         self.max_length = tf.Variable(max_length, dtype=tf.int32, trainable=False,
                                       name="max_length")
         # None (no per-sentence limit) is the cap itself: no output is longer.
-        self._extra_length = int(transformer.max_length if extra_length is None
+        self._extra_length = int(transformer.config.max_length if extra_length is None
                                  else extra_length)
         self._search = search
         beam, sample = setting_specs(Beam), setting_specs(Sample)

@@ -181,8 +181,8 @@ def ctranslate2_spec(model, source_vocabulary, target_vocabulary):
         raise ValueError("Received an unbuilt model; call it once (or load it) before exporting.")
     encoder, decoder = model.encoder, model.decoder
     spec = specs.TransformerSpec.from_config(
-        (len(encoder.enc_layers), len(decoder.dec_layers)), model.num_heads,
-        pre_norm=model.normalize_first, activation=specs.Activation.RELU,
+        (len(encoder.enc_layers), len(decoder.dec_layers)), model.config.num_heads,
+        pre_norm=model.config.normalize_first, activation=specs.Activation.RELU,
     )
     _set_inputs(spec.encoder, encoder, spec.encoder.embeddings[0])
     for layer_spec, layer in zip(spec.encoder.layer, encoder.enc_layers, strict=True):
@@ -321,7 +321,7 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
     output_dir.mkdir(parents=True)
     spec.save(str(output_dir))
     info = _copy_tokenizer_files(tokenizers, output_dir)
-    info.update(max_input_length=int(model.max_length), quantization=quantization)
+    info.update(max_input_length=int(model.config.max_length), quantization=quantization)
     rundir.write_json_atomic(output_dir / EXPORT_INFO_FILE, info)
     return output_dir
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_positive_int, check_rate
+from transformer._validation import check_positive_int
 from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
@@ -20,36 +20,40 @@ from transformer.seams import Dropout, LayerNormalization
 
 
 class _Stack(keras.layers.Layer):
-    def __init__(
-        self, num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
-        embedding=None, normalize_first=False, **kwargs
-    ):
+    """What the encoder and the decoder share: the hyperparameters of a
+    `TransformerConfig`, the embedding, its dropout and, after pre-norm
+    layers, the closing layer norm; `get_config` writes the config once."""
+
+    def __init__(self, config, vocab_size, embedding=None, **kwargs):
         super().__init__(**kwargs)
-        check_positive_int("num_layers", num_layers)
-        check_positive_int("d_model", d_model)
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("dff", dff)
+        if isinstance(config, dict):  # as `get_config` writes it
+            config = TransformerConfig.from_dict(config)
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(
+                "Received a config that is not a TransformerConfig. Expected "
+                "transformer.TransformerConfig (e.g. TransformerConfig.from_preset('tutorial')). "
+                f"Received: config={config!r}"
+            )
         check_positive_int("vocab_size", vocab_size)
-        check_positive_int("max_length", max_length)
-        check_rate("dropout_rate", dropout_rate)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
+        self.config = config  # frozen: checked once, when it was made
         self.vocab_size = vocab_size
-        self.max_length = max_length
-        self.dropout_rate = dropout_rate
         policy = self.dtype_policy
         self.pos_embedding = PositionalEmbedding(
-            vocab_size, d_model, max_length, embedding=embedding, dtype=policy,
+            vocab_size, config.d_model, config.max_length, embedding=embedding, dtype=policy,
             name="pos_embedding",
         )
-        self.dropout = Dropout(dropout_rate, dtype=policy)
-        self.normalize_first = bool(normalize_first)
+        self.dropout = Dropout(config.dropout_rate, dtype=policy)
         # Pre-norm sublayers leave the sum unnormalized: one layer norm closes the stack.
         self.final_layernorm = LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="final_layernorm"
-        ) if self.normalize_first else None
+        ) if config.normalize_first else None
+
+    def _layer_arguments(self):
+        """The arguments every `EncoderLayer` or `DecoderLayer` of the stack takes."""
+        config = self.config
+        return dict(d_model=config.d_model, num_heads=config.num_heads, dff=config.dff,
+                    dropout_rate=config.dropout_rate, normalize_first=config.normalize_first,
+                    dtype=self.dtype_policy)
 
     def _layers_built(self, hidden_shape):
         if self.final_layernorm is not None:
@@ -60,21 +64,30 @@ class _Stack(keras.layers.Layer):
         """The stack's output: `x`, or `LayerNorm(x)` after pre-norm layers."""
         return x if self.final_layernorm is None else self.final_layernorm(x)
 
+    def compute_output_shape(self, x_shape, *args, **kwargs):
+        return (*tuple(x_shape), self.config.d_model)
+
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "vocab_size": self.vocab_size,
-                "max_length": self.max_length,
-                "dropout_rate": self.dropout_rate,
-                "normalize_first": self.normalize_first,
-            }
-        )
-        return config
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "vocab_size": self.vocab_size}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "config" not in config:
+            # Written before the stacks took a TransformerConfig: its fields, flat.
+            fields = {name: config.pop(name) for name in _STACK_FIELDS if name in config}
+            layers = fields.pop("num_layers")
+            key = "num_decoder_layers" if cls is Decoder else "num_layers"
+            fields = {"num_layers": layers, key: layers, **fields}
+            config["config"] = TransformerConfig(**fields)
+        return cls(**config)
+
+
+# The hyperparameters that `Encoder` and `Decoder` wrote one by one before they
+# took a `TransformerConfig` (their `vocab_size` is kept beside the config).
+_STACK_FIELDS = ("num_layers", "d_model", "num_heads", "dff", "max_length", "dropout_rate",
+                 "normalize_first")
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -82,14 +95,15 @@ class Encoder(_Stack):
     """The encoder: embedding, positional encoding, dropout and `num_layers` layers.
 
     Args:
-        num_layers, d_model, num_heads, dff: as in the paper.
+        config: a `TransformerConfig`: `num_layers`, `d_model`, `num_heads`,
+            `dff`, `max_length` (the longest source sequence),
+            `dropout_rate` (after the embedding and on every sublayer
+            output) and `normalize_first` (pre-norm layers, see
+            `transformer.layers`, with one more layer norm on the stack's
+            output).
         vocab_size: source vocabulary size.
-        max_length: longest source sequence.
-        dropout_rate: dropout after the embedding and on every sublayer output.
         embedding: an existing `keras.layers.Embedding` to share (section
             3.4), or None for the layer's own; see `PositionalEmbedding`.
-        normalize_first: pre-norm layers (`transformer.layers`), with one
-            more layer norm on the stack's output.
 
     Call arguments:
         x: int source tokens `(batch, input_len)`; id 0 is padding.
@@ -100,36 +114,26 @@ class Encoder(_Stack):
     Returns:
         `(output, attention_weights)`: `(batch, input_len, d_model)` and a dict
         `{"encoder_layer{i}": (batch, num_heads, input_len, input_len)}`, i from 1.
+
+    Example:
+
+    >>> encoder = Encoder(TransformerConfig(num_layers=2, d_model=16, num_heads=2, dff=32),
+    ...                   vocab_size=50)
+    >>> output, weights = encoder(tf.constant([[5, 6, 7, 0]]))
+    >>> output.shape, sorted(weights)
+    (TensorShape([1, 4, 16]), ['encoder_layer1', 'encoder_layer2'])
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        vocab_size,
-        max_length=DEFAULT_MAX_LENGTH,
-        dropout_rate=0.1,
-        embedding=None,
-        normalize_first=False,
-        **kwargs,
-    ):
-        super().__init__(
-            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
-            embedding, normalize_first, **kwargs
-        )
+    def __init__(self, config, vocab_size, embedding=None, **kwargs):
+        super().__init__(config, vocab_size, embedding, **kwargs)
         self.enc_layers = [
-            EncoderLayer(
-                d_model, num_heads, dff, dropout_rate, self.normalize_first,
-                dtype=self.dtype_policy, name=f"encoder_layer{i + 1}",
-            )
-            for i in range(num_layers)
+            EncoderLayer(**self._layer_arguments(), name=f"encoder_layer{i + 1}")
+            for i in range(self.config.num_layers)
         ]
 
     def build(self, x_shape):
         self.pos_embedding.build(x_shape)
-        hidden_shape = (*tuple(x_shape), self.d_model)
+        hidden_shape = (*tuple(x_shape), self.config.d_model)
         for layer in self.enc_layers:
             layer.build(hidden_shape)
         self._layers_built(hidden_shape)
@@ -145,23 +149,19 @@ class Encoder(_Stack):
             attention_weights[f"encoder_layer{i + 1}"] = weights
         return self._close(x), attention_weights
 
-    def compute_output_shape(self, x_shape, *args, **kwargs):
-        return (*tuple(x_shape), self.d_model)
-
 
 @keras.saving.register_keras_serializable(package="transformer")
 class Decoder(_Stack):
     """The decoder: embedding, positional encoding, dropout and `num_layers` layers.
 
     Args:
-        num_layers, d_model, num_heads, dff: as in the paper.
+        config: a `TransformerConfig`: its `decoder_layers` layers (its
+            `num_decoder_layers`, or `num_layers`), `d_model`, `num_heads`,
+            `dff`, `max_length` (the longest target sequence), `dropout_rate`
+            and `normalize_first`, as for `Encoder`.
         vocab_size: target vocabulary size.
-        max_length: longest target sequence.
-        dropout_rate: dropout after the embedding and on every sublayer output.
         embedding: an existing `keras.layers.Embedding` to share (section
             3.4), or None for the layer's own; see `PositionalEmbedding`.
-        normalize_first: pre-norm layers (`transformer.layers`), with one
-            more layer norm on the stack's output.
 
     Call arguments:
         x: int target tokens `(batch, target_len)` (right-shifted, starting with
@@ -188,34 +188,16 @@ class Decoder(_Stack):
         row, and the cache has grown by one position.
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        vocab_size,
-        max_length=DEFAULT_MAX_LENGTH,
-        dropout_rate=0.1,
-        embedding=None,
-        normalize_first=False,
-        **kwargs,
-    ):
-        super().__init__(
-            num_layers, d_model, num_heads, dff, vocab_size, max_length, dropout_rate,
-            embedding, normalize_first, **kwargs
-        )
+    def __init__(self, config, vocab_size, embedding=None, **kwargs):
+        super().__init__(config, vocab_size, embedding, **kwargs)
         self.dec_layers = [
-            DecoderLayer(
-                d_model, num_heads, dff, dropout_rate, self.normalize_first,
-                dtype=self.dtype_policy, name=f"decoder_layer{i + 1}",
-            )
-            for i in range(num_layers)
+            DecoderLayer(**self._layer_arguments(), name=f"decoder_layer{i + 1}")
+            for i in range(self.config.decoder_layers)
         ]
 
     def build(self, x_shape, context_shape):
         self.pos_embedding.build(x_shape)
-        hidden_shape = (*tuple(x_shape), self.d_model)
+        hidden_shape = (*tuple(x_shape), self.config.d_model)
         for layer in self.dec_layers:
             layer.build(hidden_shape, context_shape)
         self._layers_built(hidden_shape)
@@ -227,7 +209,7 @@ class Decoder(_Stack):
             # Dense sublayer is a single matrix product.
             position = tf.shape(x)[1] - 1
             x = self.pos_embedding(x[:, -1:], start_position=position)  # (batch, 1, d_model)
-            x = tf.reshape(x, [-1, self.d_model])  # (batch, d_model)
+            x = tf.reshape(x, [-1, self.config.d_model])  # (batch, d_model)
         else:
             x = self.pos_embedding(x)  # (batch, target_len, d_model)
         x = self.dropout(x, training=training)
@@ -253,9 +235,6 @@ class Decoder(_Stack):
     def initial_cache(self, context):
         """Every layer's cache before the first token (see `DecoderLayer.initial_cache`)."""
         return [layer.initial_cache(context) for layer in self.dec_layers]
-
-    def compute_output_shape(self, x_shape, *args, **kwargs):
-        return (*tuple(x_shape), self.d_model)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -329,6 +308,11 @@ class Transformer(keras.Model):
             encoder with a shallow decoder (Kasai et al., 2021) trains and
             decodes faster for about the same quality.
 
+    The hyperparameters are kept as one frozen `TransformerConfig`,
+    `model.config`, which the encoder and the decoder take;
+    `build_model(config, input_vocab_size, target_vocab_size)` builds the
+    model of a config.
+
     Call arguments:
         inputs: a tuple `(context, x)`: int source tokens `(batch, input_len)` and
             int right-shifted target tokens `(batch, target_len)`; id 0 is padding
@@ -366,7 +350,14 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        # The encoder and decoder check the other arguments.
+        # The hyperparameters, checked once and frozen; the encoder and the
+        # decoder take them as they are.
+        self.config = TransformerConfig(
+            num_layers=num_layers, num_decoder_layers=num_decoder_layers, d_model=d_model,
+            num_heads=num_heads, dff=dff, max_length=max_length, dropout_rate=dropout_rate,
+            tie_embeddings=bool(tie_embeddings), normalize_first=bool(normalize_first),
+        )
+        check_positive_int("input_vocab_size", input_vocab_size)
         check_positive_int("target_vocab_size", target_vocab_size)
         if tie_embeddings and input_vocab_size != target_vocab_size:
             raise ValueError(
@@ -374,29 +365,14 @@ class Transformer(keras.Model):
                 "vocabulary (input_vocab_size == target_vocab_size). Received: "
                 f"input_vocab_size={input_vocab_size}, target_vocab_size={target_vocab_size}"
             )
-        self.num_layers = num_layers
-        self.num_decoder_layers = num_layers if num_decoder_layers is None else num_decoder_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
         self.input_vocab_size = input_vocab_size
         self.target_vocab_size = target_vocab_size
-        self.max_length = max_length
-        self.dropout_rate = dropout_rate
-        self.tie_embeddings = bool(tie_embeddings)
-        self.normalize_first = bool(normalize_first)
         policy = self.dtype_policy
-        self.encoder = Encoder(
-            num_layers, d_model, num_heads, dff, input_vocab_size, max_length, dropout_rate,
-            normalize_first=self.normalize_first, dtype=policy, name="encoder",
-        )
-        shared = self.encoder.pos_embedding.embedding if self.tie_embeddings else None
-        self.decoder = Decoder(
-            self.num_decoder_layers, d_model, num_heads, dff, target_vocab_size, max_length,
-            dropout_rate, embedding=shared, normalize_first=self.normalize_first, dtype=policy,
-            name="decoder",
-        )
-        if self.tie_embeddings:
+        self.encoder = Encoder(self.config, input_vocab_size, dtype=policy, name="encoder")
+        shared = self.encoder.pos_embedding.embedding if self.config.tie_embeddings else None
+        self.decoder = Decoder(self.config, target_vocab_size, embedding=shared, dtype=policy,
+                               name="decoder")
+        if self.config.tie_embeddings:
             self.final_layer = TiedOutputProjection(shared, dtype=policy, name="final_layer")
         else:
             self.final_layer = keras.layers.Dense(
@@ -406,8 +382,9 @@ class Transformer(keras.Model):
     def build(self, input_shape):
         context_shape, x_shape = input_shape
         self.encoder.build(context_shape)
-        self.decoder.build(x_shape, (*tuple(context_shape), self.d_model))
-        self.final_layer.build((*tuple(x_shape), self.d_model))
+        d_model = self.config.d_model
+        self.decoder.build(x_shape, (*tuple(context_shape), d_model))
+        self.final_layer.build((*tuple(x_shape), d_model))
         self.built = True
 
     def call(self, inputs, training=None, return_attention_weights=False):
@@ -493,23 +470,11 @@ class Transformer(keras.Model):
         return tf.cast(logits, tf.float32), [layer["self"] for layer in layers]
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "num_decoder_layers": self.num_decoder_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
+        # The config's fields flat, as the constructor takes them: `.keras`
+        # files of every version load with `cls(**config)`.
+        return {**super().get_config(), **self.config.to_dict(),
                 "input_vocab_size": self.input_vocab_size,
-                "target_vocab_size": self.target_vocab_size,
-                "max_length": self.max_length,
-                "dropout_rate": self.dropout_rate,
-                "tie_embeddings": self.tie_embeddings,
-                "normalize_first": self.normalize_first,
-            }
-        )
-        return config
+                "target_vocab_size": self.target_vocab_size}
 
     @classmethod
     def from_config(cls, config):
@@ -519,19 +484,7 @@ class Transformer(keras.Model):
 def build_model(config: TransformerConfig, input_vocab_size: int, target_vocab_size: int,
                 **kwargs) -> Transformer:
     """A `Transformer` of `config`'s hyperparameters, built (its weights exist)."""
-    model = Transformer(
-        num_layers=config.num_layers,
-        d_model=config.d_model,
-        num_heads=config.num_heads,
-        dff=config.dff,
-        input_vocab_size=input_vocab_size,
-        target_vocab_size=target_vocab_size,
-        max_length=config.max_length,
-        dropout_rate=config.dropout_rate,
-        tie_embeddings=config.tie_embeddings,
-        normalize_first=config.normalize_first,
-        num_decoder_layers=config.decoder_layers,
-        **kwargs,
-    )
+    model = Transformer(input_vocab_size=input_vocab_size, target_vocab_size=target_vocab_size,
+                        **config.to_dict(), **kwargs)
     model.build(((None, None), (None, None)))
     return model

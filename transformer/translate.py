@@ -291,7 +291,7 @@ class Translator:
         """
         encoder_tokens, _, empty = tokenize_and_trim(
             self.tokenizers.source, tf.constant(sentences, tf.string),
-            int(self.transformer.max_length),
+            int(self.transformer.config.max_length),
         )
         return encoder_tokens, empty.numpy()
 
@@ -311,12 +311,12 @@ class Translator:
         check_int_at_least("max_length", max_length, 1)
         check_int_at_least("batch_size", batch_size, 1)
         search = self.search if search is None else check_strategy(search)
-        if max_length > self.transformer.max_length:
+        if max_length > self.transformer.config.max_length:
             logger.warning(
                 "max_length=%d is more than the model's max_length=%d; using %d.",
-                max_length, self.transformer.max_length, self.transformer.max_length,
+                max_length, self.transformer.config.max_length, self.transformer.config.max_length,
             )
-            max_length = int(self.transformer.max_length)
+            max_length = int(self.transformer.config.max_length)
         if not sentences:
             return []
         results = self._schedule(sentences, int(max_length), search, return_attention,
@@ -364,7 +364,7 @@ class Translator:
         """`extra_length` as the pipeline takes it: None (no per-sentence limit)
         becomes the model's `max_length`, which no output exceeds."""
         if self.extra_length is None:
-            return int(self.transformer.max_length)
+            return int(self.transformer.config.max_length)
         return int(self.extra_length)
 
     def _translate(self, sentences, max_length, extra_length, search, settings,
@@ -376,7 +376,7 @@ class Translator:
             tf.constant(sentences, tf.string), tf.constant(max_length, tf.int32),
             tf.constant(extra_length, tf.int32), settings,
         )
-        limit = int(self.transformer.max_length)
+        limit = int(self.transformer.config.max_length)
         for i, length in enumerate(out.input_lengths.numpy()):
             if length > limit:
                 logger.warning(

@@ -137,8 +137,8 @@ if not (RUN_DIR / "model.keras").is_file():
     train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps), resume=RUN_DIR.exists(), verbose=0)
 translator = Translator.from_run(RUN_DIR)
 model = translator.transformer  # a transformer.Transformer
-print(f"{RUN_DIR.name}: {model.num_layers} layers, d_model={model.d_model}, "
-      f"{model.num_heads} heads, {model.count_params():,} parameters")
+print(f"{RUN_DIR.name}: {model.config.num_layers} layers, d_model={model.config.d_model}, "
+      f"{model.config.num_heads} heads, {model.count_params():,} parameters")
 
 
 def tokenize(sentence, tokenizer):
@@ -188,7 +188,7 @@ plot_attention_head(source_tokens, source_tokens, self_weights[0],
 
 # %%
 first_o, second_o = [i for i, token in enumerate(source_tokens) if token == "▁o"]  # `▁` starts a word
-no_position = model.encoder.pos_embedding.embedding(source_ids) * np.sqrt(model.d_model)  # (1, seq_len, d_model)
+no_position = model.encoder.pos_embedding.embedding(source_ids) * np.sqrt(model.config.d_model)  # (1, seq_len, d_model)
 _, no_position_weights = scaled_dot_product_attention(no_position, no_position, no_position)
 for name, w in (("with the positional encoding", self_weights), ("token embedding only", no_position_weights)):
     rows = w[0].numpy()
@@ -525,7 +525,7 @@ for name, w in weights.items():
 # each head's row of "black" puts its largest weight.
 
 # %%
-last_cross = f"decoder_layer{model.num_layers}_block2"
+last_cross = f"decoder_layer{model.config.decoder_layers}_block2"
 for name, tokens in (("Portuguese", source_tokens), ("English", target_tokens)):
     print(f"{name}: {len(tokens) - 2} tokens between [START] and [END] for "
           f"{sum(t.startswith('▁') for t in tokens)} words")
@@ -548,7 +548,7 @@ fig
 # M = \text{padding mask of the source}$$
 
 # %%
-plot_attention_weights(source_tokens, source_tokens, weights, layer_name=f"encoder_layer{model.num_layers}")
+plot_attention_weights(source_tokens, source_tokens, weights, layer_name=f"encoder_layer{model.config.num_layers}")
 
 # %% [markdown]
 # ### Masked decoder self-attention

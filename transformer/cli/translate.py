@@ -324,11 +324,11 @@ def run(args):
     from transformer.translate import Translator
 
     translator = Translator.from_run(args.run)
-    num_layers = translator.transformer.num_decoder_layers
+    num_layers = translator.transformer.config.decoder_layers
     layer_name = None
     if args.plot is not None:
         layer_name = _layer_name(args.layer, num_layers)
-        valid = {f"encoder_layer{i}" for i in range(1, translator.transformer.num_layers + 1)}
+        valid = {f"encoder_layer{i}" for i in range(1, translator.transformer.config.num_layers + 1)}
         valid |= {f"decoder_layer{i}_block{b}" for i in range(1, num_layers + 1) for b in (1, 2)}
         if layer_name not in valid:
             raise ValueError(

@@ -130,7 +130,7 @@ def evaluate(
     """
     if not pairs:
         raise ValueError("Cannot evaluate on an empty list of sentence pairs.")
-    max_tokens = max_tokens or int(model.max_length)
+    max_tokens = max_tokens or int(model.config.max_length)
     tokenized = tokenize_pairs(list(pairs), tokenizers, max_tokens)
 
     correct = total = loss_sum = 0.0
