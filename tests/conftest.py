@@ -8,6 +8,13 @@ when `transformer.translate` can export, export/). `run_dir`, `test_pairs` and
 `translator` are that run's directory, test pairs and `Translator`, shared by
 every file that uses them (no test may modify them; the translator's
 pipelines have fixed signatures, so sharing it traces each of them once).
+
+`real_text_run` trains another small run the way `train.py` trains a real
+corpus (the recipe of `transformer.run.recipes.CORPUS_DEFAULTS`: token-budget
+batches, one shared vocabulary with tied embeddings, pre-norm, a numeric
+peak rate, a moving average, beam-4 evaluation), with a non-zero seed and a
+decoder shallower than its encoder: the settings real runs use, which the
+toy-settings `tiny_run` does not reach (tests/test_real_text_run.py).
 """
 
 from __future__ import annotations
@@ -100,3 +107,29 @@ def translator(run_dir):
     from transformer.translate import Translator
 
     return Translator.from_run(run_dir)
+
+
+# The real-text recipe on a small model: two encoder layers, one decoder layer,
+# a short `max_length` so that tests reach it, and seed 3.
+REAL_TEXT_MODEL = {"num_layers": 2, "num_decoder_layers": 1, "d_model": 32, "num_heads": 2,
+                   "dff": 64, "max_length": 24}
+REAL_TEXT_SEED = 3
+
+
+@pytest.fixture(scope="session")
+def real_text_run(tmp_path_factory):
+    """A small run with the real-text recipe (a `TrainResult`); see the module docstring."""
+    from transformer.run import RunConfig, train
+    from transformer.run.recipes import default_model
+
+    data_dir = tmp_path_factory.mktemp("real_text_data")
+    train_tsv, valid_tsv, test_tsv = write_toy_tsv(data_dir, seed=5, n_train=1000, n_valid=32,
+                                                   n_test=32)
+    config = RunConfig(
+        output_dir=str(tmp_path_factory.mktemp("real_text_run") / "run"),
+        data=str(train_tsv), valid=str(valid_tsv), test=str(test_tsv),
+        model=default_model("tutorial", data=str(train_tsv), **REAL_TEXT_MODEL),
+        seed=REAL_TEXT_SEED, epochs=2, steps_per_epoch=40, vocab_size=120,
+        precision="float32", checkpoint_every=40,
+    )
+    return train(config, verbose=0, export=False)
