@@ -303,7 +303,33 @@ def sublayer_output(layernorm, x, y, normalize_first):
     return x + y if normalize_first else layernorm(x + y)
 
 
-class _AttentionBlock(keras.layers.Layer):
+class ResidualBlock(keras.layers.Layer):
+    """The base of every layer built of residual sublayers (section 3.1): the
+    attention blocks here and `transformer.layers.EncoderLayer` and
+    `DecoderLayer`. It checks and keeps `d_model`, `num_heads`, `dropout_rate`
+    and `normalize_first` (see `sublayer_input` and `sublayer_output`), writes
+    them in `get_config`, and its output has its input's shape.
+    """
+
+    def __init__(self, d_model, num_heads, dropout_rate=0.1, normalize_first=False, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
+        check_rate("dropout_rate", dropout_rate)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dropout_rate = dropout_rate
+        self.normalize_first = bool(normalize_first)
+
+    def compute_output_shape(self, x_shape, *args, **kwargs):
+        return x_shape
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
+                "dropout_rate": self.dropout_rate, "normalize_first": self.normalize_first}
+
+
+class _AttentionBlock(ResidualBlock):
     """Multi-head attention wrapped as a residual sublayer (section 3.1).
 
     Post-norm, the paper's: `LayerNorm(x + Dropout(MultiHeadAttention(x, context,
@@ -313,12 +339,7 @@ class _AttentionBlock(keras.layers.Layer):
     """
 
     def __init__(self, d_model, num_heads, dropout_rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(**kwargs)
-        check_rate("dropout_rate", dropout_rate)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dropout_rate = dropout_rate
-        self.normalize_first = bool(normalize_first)
+        super().__init__(d_model, num_heads, dropout_rate, normalize_first, **kwargs)
         policy = self.dtype_policy
         self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
         self.dropout = Dropout(dropout_rate, dtype=policy)
@@ -338,21 +359,6 @@ class _AttentionBlock(keras.layers.Layer):
         return sublayer_output(
             self.layernorm, x, self.dropout(attn_output, training=training), self.normalize_first
         )  # (batch, seq_len_q, d_model)
-
-    def compute_output_shape(self, x_shape, *args, **kwargs):
-        return x_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dropout_rate": self.dropout_rate,
-                "normalize_first": self.normalize_first,
-            }
-        )
-        return config
 
 
 @keras.saving.register_keras_serializable(package="transformer")

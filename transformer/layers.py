@@ -13,11 +13,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from transformer._validation import check_positive_int, check_rate
+from transformer._validation import check_positive_int
 from transformer.attention import (
     EncoderDecoderAttention,
     EncoderSelfAttention,
     MaskedDecoderSelfAttention,
+    ResidualBlock,
     sublayer_input,
     sublayer_output,
 )
@@ -71,19 +72,12 @@ class FeedForward(keras.layers.Layer):
         return config
 
 
-class _LayerBase(keras.layers.Layer):
+class _LayerBase(ResidualBlock):
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
                  **kwargs):
-        super().__init__(**kwargs)
-        check_positive_int("d_model", d_model)
-        check_positive_int("num_heads", num_heads)
+        super().__init__(d_model, num_heads, dropout_rate, normalize_first, **kwargs)
         check_positive_int("dff", dff)
-        check_rate("dropout_rate", dropout_rate)
-        self.d_model = d_model
-        self.num_heads = num_heads
         self.dff = dff
-        self.dropout_rate = dropout_rate
-        self.normalize_first = bool(normalize_first)
         policy = self.dtype_policy
         self.ffn = FeedForward(d_model, dff, dtype=policy, name="ffn")
         self.ffn_dropout = Dropout(dropout_rate, dtype=policy)
@@ -102,21 +96,8 @@ class _LayerBase(keras.layers.Layer):
             self.normalize_first,
         )  # (batch, seq_len, d_model)
 
-    def compute_output_shape(self, x_shape, *args, **kwargs):
-        return x_shape
-
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "dropout_rate": self.dropout_rate,
-                "normalize_first": self.normalize_first,
-            }
-        )
-        return config
+        return {**super().get_config(), "dff": self.dff}
 
 
 @keras.saving.register_keras_serializable(package="transformer")
