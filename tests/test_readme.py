@@ -159,7 +159,6 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     """README restates the real-text defaults for readers; they are the code's."""
     from transformer.constants import DEFAULT_ALPHA
     from transformer.model_config import PRESETS
-    from transformer.run.config import RunConfig
     from transformer.run.recipes import (
         CORPUS_DEFAULTS,
         CORPUS_MODEL_DEFAULTS,
@@ -175,7 +174,7 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     tutorial = PRESETS[CORPUS_DEFAULTS["preset"]]
     assert (f"the `{CORPUS_DEFAULTS['preset']}` preset: {tutorial.num_layers} layers, "
             f"d_model {tutorial.d_model}, {tutorial.num_heads} heads, dff {tutorial.dff}") in text
-    assert f"(up to {RunConfig().vocab_size:,} pieces)" in text
+    assert f"(up to {CORPUS_DEFAULTS['vocab_size']:,} pieces)" in text
     assert CORPUS_DEFAULTS["shared_vocab"] and CORPUS_MODEL_DEFAULTS["normalize_first"]
     assert CORPUS_MODEL_DEFAULTS["dropout_rate"] == 0 and "no dropout" in text
     assert CORPUS_DEFAULTS["label_smoothing"] == 0 and "no label smoothing" in text

@@ -122,10 +122,11 @@ class RunConfig:
         section="data", kind="positive_int", metavar="N",
         default_help="the model's max_length, {toy_preset.max_length} for toy, "
         "{tutorial_preset.max_length} for tutorial")
-    vocab_size: int = setting(
-        8000, "largest subword vocabulary: the one both languages share with --shared-vocab "
+    vocab_size: int | None = setting(
+        None, "largest subword vocabulary: the one both languages share with --shared-vocab "
         "(the default on real corpora), else each language's", section="data",
-        kind="positive_int", metavar="N")
+        kind="positive_int", metavar="N",
+        default_help="{toy[vocab_size]} for the toy corpus, {corpus[vocab_size]} otherwise")
     tokenizer: str | None = setting(
         None, "subword tokenizer: sentencepiece keeps case, accents and punctuation, so "
         "translations read as written text; wordpiece is the tutorial's BertTokenizer, "

@@ -37,6 +37,8 @@ TOY_DEFAULTS = {
     "decay": "inverse_sqrt",
     # The paper's peak for that warm-up, (d_model * warmup_steps)^-0.5.
     "learning_rate": PAPER_LEARNING_RATE,
+    # The largest vocabulary: the toy words are far fewer.
+    "vocab_size": 8000,
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # Byte-pair merges make every toy word one piece (a unigram model of so small
@@ -71,6 +73,8 @@ CORPUS_DEFAULTS = {
     # The paper's decay: a cool-down to zero at the run's end (`--decay cooldown`)
     # gained less than the seeds' spread in 5-minute runs (BENCHMARKS.md).
     "decay": "inverse_sqrt",
+    # One vocabulary for both languages of at most this many pieces.
+    "vocab_size": 8000,
     # Reversible subwords: translations keep case, accents and punctuation.
     "tokenizer": "sentencepiece",
     # SentencePiece's own default model.
