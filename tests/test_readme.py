@@ -166,6 +166,8 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
         MIN_EPOCHS,
         PEAK_WARMUP_STEPS,
         SAMPLING_MIN_PASSES,
+        SHORT_RUN_SECONDS,
+        SHORT_RUN_VOCAB_SIZE,
         TARGET_PAIRS_SEEN,
     )
     from transformer.training import COOLDOWN_SHARE
@@ -174,7 +176,8 @@ def test_the_defaults_the_readme_lists_are_the_recipes():
     tutorial = PRESETS[CORPUS_DEFAULTS["preset"]]
     assert (f"the `{CORPUS_DEFAULTS['preset']}` preset: {tutorial.num_layers} layers, "
             f"d_model {tutorial.d_model}, {tutorial.num_heads} heads, dff {tutorial.dff}") in text
-    assert f"(up to {CORPUS_DEFAULTS['vocab_size']:,} pieces)" in text
+    assert (f"(up to {CORPUS_DEFAULTS['vocab_size']:,} pieces; {SHORT_RUN_VOCAB_SIZE:,} with a "
+            f"`--time-budget` of at most {SHORT_RUN_SECONDS // 60} minutes)") in text
     assert CORPUS_DEFAULTS["shared_vocab"] and CORPUS_MODEL_DEFAULTS["normalize_first"]
     assert CORPUS_MODEL_DEFAULTS["dropout_rate"] == 0 and "no dropout" in text
     assert CORPUS_DEFAULTS["label_smoothing"] == 0 and "no label smoothing" in text

@@ -75,3 +75,30 @@ def test_default_model_drops_dropout_on_real_corpora_unless_given():
     assert default_model("tutorial").dropout_rate == PRESETS["tutorial"].dropout_rate == 0.1
     given = default_model("tutorial", data="pairs.tsv", d_model=64, dropout_rate=None)
     assert (given.d_model, given.dropout_rate) == (64, 0.0)
+
+
+def test_a_short_time_budget_gives_a_real_corpus_the_smaller_vocabulary():
+    from transformer.run.config import RunConfig
+    from transformer.run.config_format import config_from_record
+    from transformer.run.recipes import (
+        CORPUS_DEFAULTS,
+        SHORT_RUN_SECONDS,
+        SHORT_RUN_VOCAB_SIZE,
+        TOY_DEFAULTS,
+    )
+
+    assert SHORT_RUN_VOCAB_SIZE < CORPUS_DEFAULTS["vocab_size"]
+
+    def vocab(**fields):
+        return RunConfig(**fields).vocab_size
+
+    assert vocab(data="pairs.tsv", time_budget=300) == SHORT_RUN_VOCAB_SIZE
+    assert vocab(data="pairs.tsv", time_budget=SHORT_RUN_SECONDS) == SHORT_RUN_VOCAB_SIZE
+    assert vocab(data="pairs.tsv", time_budget=SHORT_RUN_SECONDS + 1) == CORPUS_DEFAULTS[
+        "vocab_size"]
+    assert vocab(data="pairs.tsv") == CORPUS_DEFAULTS["vocab_size"]
+    assert vocab(time_budget=300) == TOY_DEFAULTS["vocab_size"]  # the toy corpus keeps its own
+    assert vocab(data="pairs.tsv", time_budget=300, vocab_size=6000) == 6000
+    # A saved run keeps the vocabulary it was trained with, whatever budget it resumes with.
+    saved = RunConfig(data="pairs.tsv", time_budget=300).to_dict()
+    assert config_from_record({**saved, "time_budget": 3600}).vocab_size == SHORT_RUN_VOCAB_SIZE

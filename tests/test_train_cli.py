@@ -258,7 +258,8 @@ def test_the_options_and_their_help_come_from_the_schema():
     assert (f"(default: {TOY_DEFAULTS['batch_size']} for the toy corpus, "
             f"{CORPUS_DEFAULTS['batch_size']} otherwise)") in _help_of(parser, "--batch-size")
     assert (f"(default: {TOY_DEFAULTS['vocab_size']} for the toy corpus, "
-            f"{CORPUS_DEFAULTS['vocab_size']} otherwise)") in _help_of(parser, "--vocab-size")
+            f"{CORPUS_DEFAULTS['vocab_size']} otherwise, or 4000 with a --time-budget of at "
+            "most 10 minutes)") in _help_of(parser, "--vocab-size")
     assert "2 for toy, 4 for tutorial" in _help_of(parser, "--num-layers")
 
     # A setting added to the schema is an option, its help and default generated.

@@ -32,6 +32,8 @@ from transformer.run.recipes import (
     MAX_EPOCHS,
     SAMPLED_SEGMENTATIONS,
     SAMPLING_MIN_PASSES,
+    SHORT_RUN_SECONDS,
+    SHORT_RUN_VOCAB_SIZE,
     recipe_defaults,
 )
 from transformer.settings import setting
@@ -126,7 +128,9 @@ class RunConfig:
         None, "largest subword vocabulary: the one both languages share with --shared-vocab "
         "(the default on real corpora), else each language's", section="data",
         kind="positive_int", metavar="N",
-        default_help="{toy[vocab_size]} for the toy corpus, {corpus[vocab_size]} otherwise")
+        default_help="{toy[vocab_size]} for the toy corpus, {corpus[vocab_size]} otherwise, "
+        f"or {SHORT_RUN_VOCAB_SIZE} with a --time-budget of at most "
+        f"{SHORT_RUN_SECONDS // 60} minutes")
     tokenizer: str | None = setting(
         None, "subword tokenizer: sentencepiece keeps case, accents and punctuation, so "
         "translations read as written text; wordpiece is the tutorial's BertTokenizer, "

@@ -100,6 +100,30 @@ CORPUS_DEFAULTS = {
 # (`size_epochs_and_batches`), and averaging, off for every dataset
 # (`RunConfig.average_checkpoints`): in short runs still improving it lowered BLEU.
 
+# The shared vocabulary of a real corpus: CORPUS_DEFAULTS' 8,000 pieces, or
+# SHORT_RUN_VOCAB_SIZE for a run of at most SHORT_RUN_SECONDS of --time-budget.
+# A short run makes few updates: with half the pieces each is seen about twice
+# as often, and a step is cheaper (the tied output projection and its softmax
+# are about a third of a step's products). In 5-minute runs 4,000 pieces learnt
+# more on both development corpora; in 15-minute runs 8,000 did as well on the
+# long sentences and better on the short ones, which the run passed over 12
+# times (BENCHMARKS.md, "The vocabulary and the budget").
+SHORT_RUN_SECONDS = 600
+SHORT_RUN_VOCAB_SIZE = 4000
+
+
+def corpus_vocab_size(time_budget: float | None) -> int:
+    """The largest vocabulary of a real corpus's run of `time_budget` seconds
+    (None: no budget).
+
+    >>> corpus_vocab_size(300), corpus_vocab_size(900), corpus_vocab_size(None)
+    (4000, 8000, 8000)
+    """
+    if time_budget is not None and time_budget <= SHORT_RUN_SECONDS:
+        return SHORT_RUN_VOCAB_SIZE
+    return CORPUS_DEFAULTS["vocab_size"]
+
+
 # Real corpora rise to the paper's peak for a warm-up of this many steps,
 # (d_model * PEAK_WARMUP_STEPS)^-0.5 (1.4e-3 at d_model 128), in their own
 # shorter `warmup_steps`; `--learning-rate` sets another peak.
@@ -214,6 +238,8 @@ def recipe_defaults(config) -> dict[str, Any]:
                     and config.average_checkpoints > 1):
                 value = 0.0  # the averaging asked for replaces the default one
             filled[name] = value
+    if config.vocab_size is None and not _is_toy(config.dataset, config.data):
+        filled["vocab_size"] = corpus_vocab_size(config.time_budget)
     if config.lower_case is None:
         filled["lower_case"] = filled.get("tokenizer", config.tokenizer) == "wordpiece"
     model = config.model

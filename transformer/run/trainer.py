@@ -520,6 +520,8 @@ def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus):
     tokenizers_dir = session.run_dir / rundir.TOKENIZERS_DIR
     if session.resuming and tokenizers_dir.is_dir():
         return load_tokenizers(tokenizers_dir)
+    logger.info("Vocabulary: %s, at most %d pieces%s.", config.tokenizer, config.vocab_size,
+                ", shared by both languages" if config.shared_vocab else " per language")
     tokenizers = build_tokenizers(
         corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer,
         shared=config.shared_vocab, learn_params=config.tokenizer_learn_params,
