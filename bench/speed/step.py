@@ -139,7 +139,8 @@ def ceiling_worker() -> dict:
 
 
 def _shape_facts(batches, model_config, vocab) -> dict:
-    """Matrix FLOPs, padded shares and the final projection's share of `batches`."""
+    """Matrix FLOPs, real target tokens, padded shares and the final
+    projection's share of `batches`."""
     import tensorflow as tf
 
     from speed.timing import step_flops
@@ -156,7 +157,7 @@ def _shape_facts(batches, model_config, vocab) -> dict:
         for side, tokens in (("source", context), ("target", labels)):
             slots[side] += int(tf.size(tokens))
             real[side] += int(tf.math.count_nonzero(tokens))
-    return {"flops": flops["train_step"],
+    return {"flops": flops["train_step"], "target tokens": real["target"],
             "final projection share of FLOPs": round(flops["final_projection"]
                                                      / flops["train_step"], 3),
             **{f"padded share, {side}": round(1 - real[side] / slots[side], 3)
@@ -171,7 +172,6 @@ def worker(args) -> dict:
         return ceiling_worker()
     _allocator(variant)
     import keras
-    import tensorflow as tf
 
     from transformer import model as model_module
     from transformer import training
@@ -211,8 +211,8 @@ def worker(args) -> dict:
     stream = budget_batches_from_tokens(tokens, args.batch_tokens, 0, length_step=length_step)
     model.fit(stream.take(args.skip), verbose=0)
     part = stream.skip(args.skip).take(args.steps)
-    real = sum(int(tf.math.count_nonzero(labels)) for _, labels in part)
     facts = _shape_facts(part, config.model, int(tokenizers.target.get_vocab_size()))
+    real = facts.pop("target tokens")
     start = time.perf_counter()
     model.fit(part, verbose=0)
     seconds = time.perf_counter() - start

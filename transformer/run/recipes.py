@@ -229,6 +229,8 @@ def recipe_defaults(config) -> dict[str, Any]:
     if config.subword_sampling is None and not unigram:
         # Only a unigram model draws segmentations by their probability.
         filled["subword_sampling"] = 0.0
+    if config.vocab_size is None and not _is_toy(config.dataset, config.data):
+        filled["vocab_size"] = corpus_vocab_size(config.time_budget)  # the budget decides
     for name, value in defaults.items():
         if getattr(config, name) is None and name not in filled:
             if name == "shared_vocab":  # only SentencePiece learns one vocabulary
@@ -238,8 +240,6 @@ def recipe_defaults(config) -> dict[str, Any]:
                     and config.average_checkpoints > 1):
                 value = 0.0  # the averaging asked for replaces the default one
             filled[name] = value
-    if config.vocab_size is None and not _is_toy(config.dataset, config.data):
-        filled["vocab_size"] = corpus_vocab_size(config.time_budget)
     if config.lower_case is None:
         filled["lower_case"] = filled.get("tokenizer", config.tokenizer) == "wordpiece"
     model = config.model
