@@ -89,3 +89,16 @@ def test_validations_are_read_from_joeynmts_report(tmp_path):
     assert run.validations(tmp_path) == [{"step": 30, "valid_bleu": 0.0},
                                          {"step": 600, "valid_bleu": 12.34}]
     assert run.validations(tmp_path / "missing") == []
+
+
+launch = load_bench_module("peer_joeynmt_launch", BENCH / "peer_joeynmt" / "launch.py")
+
+
+@pytest.mark.parametrize("counts_validations, spent", [(False, 70.0), (True, 100.0)])
+def test_the_peers_budget_counts_its_validations_only_when_asked(counts_validations, spent):
+    clock = launch._TrainingClock(90.0, counts_validations)
+    clock.started, clock.validation_seconds = 1000.0, 30.0
+    assert clock.spent(1100.0) == spent
+    clock.stopped = 1100.0
+    assert clock.to_dict()["budget_counts"] == ("training and validations" if counts_validations
+                                                else "training batches only")

@@ -16,9 +16,13 @@ not changed; everything below is applied in this process only:
   training batch (data loading, vocabulary and model building are not
   counted; `process_seconds` includes them) and, once S seconds have passed, the next batch raises
   `KeyboardInterrupt`, which JoeyNMT's trainer handles as a user's Ctrl-C: it
-  logs the step and saves the current weights as `latest.ckpt`. Validations
-  count towards the budget (they are part of what training costs a user); one
-  that starts before the budget ends runs to its end.
+  logs the step and saves the current weights as `latest.ckpt`. By default
+  the budget counts the training batches only, as `train.py --time-budget`
+  counts its own training and not its final evaluation: JoeyNMT's
+  validations run on top of it, so its best-checkpoint choice costs it no
+  updates. With `--budget-counts-validations` they count towards it (what
+  they cost a user in wall time); one that starts before the budget ends
+  runs to its end.
 - A config given as JSON (`CONFIG.json`) is written as YAML beside it
   (`CONFIG.yaml`, with PyYAML, which reads `1e-05` in JSON as a string) and
   that file is passed to JoeyNMT.
@@ -78,8 +82,9 @@ def _as_yaml(json_path: str) -> str:
 class _TrainingClock:
     """Counts updates, tokens and seconds; stops training after the budget."""
 
-    def __init__(self, budget_seconds: float | None):
+    def __init__(self, budget_seconds: float | None, counts_validations: bool = False):
         self.budget_seconds = budget_seconds
+        self.counts_validations = counts_validations
         self.started = None
         self.stopped = None
         self.batches = 0
@@ -98,7 +103,7 @@ class _TrainingClock:
             now = time.monotonic()
             if clock.started is None:
                 clock.started = now
-            elif clock.budget_seconds is not None and now - clock.started >= clock.budget_seconds:
+            elif clock.budget_seconds is not None and clock.spent(now) >= clock.budget_seconds:
                 clock.stopped_by_budget = True
                 clock.stopped = now
                 raise KeyboardInterrupt(f"training budget of {clock.budget_seconds:g} s")
@@ -120,11 +125,18 @@ class _TrainingClock:
         TrainManager._train_step = timed_train_step
         TrainManager._validate = timed_validate
 
+    def spent(self, now: float) -> float:
+        """Seconds of the budget spent at `now`."""
+        wall = now - self.started
+        return wall if self.counts_validations else wall - self.validation_seconds
+
     def to_dict(self) -> dict:
         wall = (self.stopped - self.started) if self.started is not None else 0.0
         step_seconds = max(wall - self.validation_seconds, 1e-9)
         return {
             "budget_seconds": self.budget_seconds,
+            "budget_counts": "training and validations" if self.counts_validations
+                             else "training batches only",
             "stopped_by_budget": self.stopped_by_budget,
             "training_wall_seconds": round(wall, 2),
             "validation_seconds": round(self.validation_seconds, 2),
@@ -139,6 +151,9 @@ class _TrainingClock:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget-seconds", type=float, default=None)
+    parser.add_argument("--budget-counts-validations", action="store_true",
+                        help="validations count towards --budget-seconds (default: "
+                             "training batches only)")
     parser.add_argument("--stats-json", default=None)
     parser.add_argument("--threads", type=int, default=1)
     args, joeynmt_args = parser.parse_known_args(argv)
@@ -148,7 +163,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(args.threads)
     shimmed = _install_scheduler_shim()
-    clock = _TrainingClock(args.budget_seconds)
+    clock = _TrainingClock(args.budget_seconds, args.budget_counts_validations)
     clock.install()
 
     from joeynmt.__main__ import main as joeynmt_main

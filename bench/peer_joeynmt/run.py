@@ -11,7 +11,9 @@ Steps, each logged:
    validation pairs for set-ups that validate on a few hundred.
 2. Write the set-up's config (`configs.py`: `recipe`, `recipe_arch`, `cpu`)
    and train it with `launch.py` in the peer's virtual environment, pinned to
-   one core (`taskset -c CORE`, one PyTorch thread), for `--minutes`.
+   one core (`taskset -c CORE`, one PyTorch thread), for `--minutes` of
+   training batches; its validations run on top of them, unless
+   `--budget-counts-validations` (see `launch.py`).
 3. Decode the test split with beam 4 from JoeyNMT's best checkpoint (the best
    validation BLEU), or from the last weights when no validation finished in
    the budget (the JSON says which).
@@ -189,9 +191,12 @@ def train_and_decode(config: dict, run_dir: Path, args) -> dict:
     """Trains for the budget, then decodes the test split; returns the facts."""
     model_dir = Path(config["model_dir"])
     _write_json(run_dir / "train.json", config)
+    budget = ["--budget-seconds", str(args.minutes * 60)]
+    if args.budget_counts_validations:
+        budget.append("--budget-counts-validations")
     command, train_seconds = run_peer(
-        ["--budget-seconds", str(args.minutes * 60), "--stats-json",
-         str(run_dir / "train_stats.json"), "train", str(run_dir / "train.json"), "--skip-test"],
+        [*budget, "--stats-json", str(run_dir / "train_stats.json"),
+         "train", str(run_dir / "train.json"), "--skip-test"],
         args.core, run_dir / "train.out")
     stats = json.loads((run_dir / "train_stats.json").read_text(encoding="utf-8"))
     best = model_dir / "best.ckpt"
@@ -244,6 +249,10 @@ def parse_args(argv=None):
                              "budget minute, at least 2)")
     parser.add_argument("--batch-tokens", type=int, default=768,
                         help="cpu set-up: JoeyNMT token batch size (padded)")
+    parser.add_argument("--budget-counts-validations", action="store_true",
+                        help="JoeyNMT's validations count towards --minutes (default: its "
+                             "training batches only, validations on top, as train.py's "
+                             "--time-budget counts its training only)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--work-dir", type=Path, default=REPO / "runs" / "peer_joeynmt")
     parser.add_argument("--json", type=Path, default=None)
@@ -295,8 +304,9 @@ def main(argv=None) -> int:
         "project_parameters": project_parameters,
         "config": config, "run_dir": str(run_dir), "started_utc": stamp,
         "machine_before": machine_before, "machine_after": machine(),
-        "note": "training_wall_seconds counts validations; target_tokens_per_second counts "
-                "training batches only (validations excluded)",
+        "note": "training_wall_seconds includes validations; the budget counts what "
+                "training.budget_counts says; target_tokens_per_second counts training "
+                "batches only (validations excluded)",
     })
     out = args.json or (run_dir / "result.json" if sliced else
                         BENCH / "results" / f"peer_joeynmt_{tag}.json")
