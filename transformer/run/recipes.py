@@ -104,10 +104,9 @@ CORPUS_DEFAULTS = {
 # SHORT_RUN_VOCAB_SIZE for a run of at most SHORT_RUN_SECONDS of --time-budget.
 # A short run makes few updates: with half the pieces each is seen about twice
 # as often, and a step is cheaper (the tied output projection and its softmax
-# are about a third of a step's products). In 5-minute runs 4,000 pieces learnt
-# more on both development corpora; in 15-minute runs 8,000 did as well on the
-# long sentences and better on the short ones, which the run passed over 12
-# times (BENCHMARKS.md, "The vocabulary and the budget").
+# are about a third of a step's products). A longer run sees each of the larger
+# vocabulary's pieces often enough (BENCHMARKS.md, "The vocabulary and the
+# budget").
 SHORT_RUN_SECONDS = 600
 SHORT_RUN_VOCAB_SIZE = 4000
 
