@@ -35,17 +35,23 @@ from transformer.constants import (  # noqa: E402
 )
 from transformer.ctranslate2_translator import (  # noqa: E402
     EXPORT_INFO_FILE,
+    VOCABULARY_MAP_FILE,
     CTranslate2Translator,
     ctranslate2_module,
 )
+from transformer.data import read_tsv  # noqa: E402
 from transformer.decoding import load_run  # noqa: E402
 from transformer.export_ctranslate2 import (  # noqa: E402
     ctranslate2_spec,
     export_ctranslate2,
+    export_run,
     source_tokens,
+    training_targets,
+    used_pieces,
     vocabulary,
 )
 from transformer.model import Transformer  # noqa: E402
+from transformer.strategies import Greedy  # noqa: E402
 
 BEAM = 4
 
@@ -430,6 +436,77 @@ def test_wordpiece_tokenizers_are_exported_as_vocabulary_files(test_pairs, tmp_p
         assert result.hypotheses[0] == [lines[i] for i in expected]
     with pytest.raises(ValueError, match="wordpiece tokenizers; CTranslate2Translator needs"):
         CTranslate2Translator(directory)
+
+
+# --- The vocabulary map of a shared vocabulary --------------------------------------------
+
+@pytest.fixture(scope="module")
+def mapped_export(real_text_run, tmp_path_factory):
+    """`(tokenizers, directory, training targets)` of the real-text run's export."""
+    tokenizers, _ = load_run(real_text_run.run_dir)
+    directory = export_run(real_text_run.run_dir, tmp_path_factory.mktemp("vmap") / "ct2")
+    targets = [target for _, target in read_tsv(real_text_run.config.data)]
+    return tokenizers, directory, targets
+
+
+def test_a_shared_vocabulary_is_mapped_to_the_training_targets_pieces(mapped_export):
+    tokenizers, directory, targets = mapped_export
+    line, = (directory / VOCABULARY_MAP_FILE).read_text(encoding="utf-8").splitlines()
+    key, candidates = line.split("\t")
+    assert key == ""  # candidates of every sentence
+    pieces = candidates.split(" ")
+    assert pieces == used_pieces(tokenizers.target, targets)
+    everything = vocabulary(tokenizers.target)
+    # Pieces of the targets only: the source language's own pieces are left out.
+    assert len(pieces) + len(RESERVED_TOKENS) < len(everything)
+    assert set(pieces) < set(everything[len(RESERVED_TOKENS):])
+    info = json.loads((directory / EXPORT_INFO_FILE).read_text())
+    assert info["vocabulary_map_pieces"] == len(pieces)
+
+
+def test_the_map_keeps_every_greedy_translation_that_uses_its_pieces(mapped_export, test_pairs):
+    _, directory, _ = mapped_export
+    mapped = CTranslate2Translator(directory)
+    unmapped = CTranslate2Translator(directory, use_vmap=False)
+    assert mapped.use_vmap and not unmapped.use_vmap
+    pieces = set((directory / VOCABULARY_MAP_FILE).read_text(encoding="utf-8").split())
+    sentences = [source for source, _ in test_pairs]
+    kept = 0
+    for a, b in zip(mapped.translate(sentences, Greedy()), unmapped.translate(sentences, Greedy()),
+                    strict=True):
+        assert set(a.tokens[1:-1]) <= pieces
+        if set(b.tokens[1:-1]) <= pieces:
+            # Each step's best piece is a candidate, so it stays the best; the
+            # softmax over fewer pieces gives the same output a higher log P.
+            kept += 1
+            assert a.tokens == b.tokens
+            assert a.log_prob >= b.log_prob - 1e-4
+    assert kept > 0
+
+
+def test_without_the_runs_training_pairs_the_export_has_no_map(real_text_run, tmp_path,
+                                                               caplog):
+    record = json.loads((Path(real_text_run.run_dir) / "config.json").read_text())
+    changed = tmp_path / "changed.tsv"
+    changed.write_text("um\tone\n" + Path(record["data"]).read_text(encoding="utf-8"),
+                       encoding="utf-8")
+    for name, data in (("missing", str(tmp_path / "gone.tsv")), ("changed", str(changed))):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({**record, "data": data}))
+        caplog.clear()
+        assert training_targets(run) is None
+        assert "without a vocabulary map" in caplog.text
+    assert "differ from the data the run was trained on" in caplog.text
+    assert training_targets(real_text_run.run_dir) is not None
+
+
+def test_use_vmap_without_a_map_is_a_clear_error(run_export):
+    _, _, directory = run_export
+    assert not (directory / VOCABULARY_MAP_FILE).exists()
+    assert not CTranslate2Translator(directory).use_vmap
+    with pytest.raises(ValueError, match="has no vocabulary map"):
+        CTranslate2Translator(directory, use_vmap=True)
 
 
 FRESH_PROCESS = textwrap.dedent("""

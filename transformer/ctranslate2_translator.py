@@ -9,7 +9,7 @@ serves translations needs only `ctranslate2` and `sentencepiece` besides it.
 `CTranslate2Translator.translate(sentences, search)` runs the strategies of
 `transformer.strategies` (`Greedy()`, `Beam(size, alpha, n_best)`,
 `Sample(...)`) as `transformer.translate.Translator` does, with the same
-scores; `translate.py --engine ctranslate2` uses it. How each maps onto
+scores (over the vocabulary map's pieces, see below); `translate.py --engine ctranslate2` uses it. How each maps onto
 CTranslate2:
 
 - Greedy decoding: `beam_size=1`. The score is `log P(Y | X)`, `[END]`
@@ -38,6 +38,13 @@ CTranslate2:
   draws are CTranslate2's, not TensorFlow's, so one seed gives other
   samples than the TensorFlow engine; the score is `log P(Y | X)` under the
   model itself, as the project's.
+
+An export of a run trained on a shared vocabulary carries a vocabulary map
+(`VOCABULARY_MAP_FILE`): the pieces the run's training targets use, the
+target language's share of the vocabulary. With it (`use_vmap`, the default when
+the export has one) CTranslate2 projects onto those pieces only, which makes
+each decoding step cheaper, and the softmax runs over them: `log P` is the
+model's, renormalized over the pieces a translation can use.
 
 Every sentence has its own output limit (`min(max_length, source tokens +
 extra_length)`) and CTranslate2 one per call, so, as `Translator` does, a
@@ -68,7 +75,6 @@ from transformer.constants import (
     END_ID,
     RESERVED_TOKENS,
     START_ID,
-    TRANSLATE_BATCH_SIZE,
     UNK_ID,
 )
 from transformer.strategies import BEAM_PATIENCE, Greedy, check_strategy
@@ -78,9 +84,11 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BEAM_PATIENCE",
     "CLI_QUANTIZATIONS",
+    "CTRANSLATE2_BATCH_SIZE",
     "CTranslate2Translator",
     "EXPORT_INFO_FILE",
     "Hypothesis",
+    "VOCABULARY_MAP_FILE",
     "ctranslate2_module",
     "gnmt_length_penalty",
     "run_export_dir",
@@ -91,7 +99,17 @@ __all__ = [
 
 # The file of an export that names the tokenizer files and the model's limits.
 EXPORT_INFO_FILE = "export.json"
+# CTranslate2's vocabulary map in an export: the target pieces a translation may
+# use (`transformer.export_ctranslate2.write_vocabulary_map`).
+VOCABULARY_MAP_FILE = "vmap.txt"
 _INSTALL_HINT = "pip install 'transformer-tutorial[ctranslate2]' (or 'ctranslate2>=4.5,<5')"
+
+# Sentences CTranslate2 decodes together (sorted by their output limit): fewer
+# than the TensorFlow engine's `TRANSLATE_BATCH_SIZE`, which amortizes the
+# calls of a traced loop that CTranslate2 does not have; a smaller batch keeps
+# each step's states small (the speeds: BENCHMARKS.md, "Decoding engines and
+# speed").
+CTRANSLATE2_BATCH_SIZE = 32
 
 # The weight types of the command lines (`export_ctranslate2` takes more).
 CLI_QUANTIZATIONS = ("float32", "int8")
@@ -135,9 +153,14 @@ def run_export_dir(run_dir, quantization="float32") -> Path:
     return Path(run_dir) / f"ctranslate2-{quantization}"
 
 
+# The version of what `write_run_export` writes: a run's export of an older
+# one is converted again (2: the vocabulary map).
+_RUN_EXPORT_VERSION = 2
+
+
 def _model_stamp(run_dir) -> dict:
     stat = (Path(run_dir) / rundir.MODEL_FILE).stat()
-    return {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
+    return {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size, "export": _RUN_EXPORT_VERSION}
 
 
 def run_export_is_current(run_dir, quantization="float32") -> bool:
@@ -221,6 +244,9 @@ class CTranslate2Translator:
             `intra_threads` defaults to the cores this process may run on
             (`usable_cores`), not CTranslate2's 4: more OpenMP threads than
             cores wait on each other and decode many times slower.
+        use_vmap: project onto the pieces of the export's vocabulary map
+            only (see the module docstring); None (the default) does when the
+            export has one.
 
     Example:
 
@@ -231,7 +257,8 @@ class CTranslate2Translator:
     ```
     """
 
-    def __init__(self, model_dir, device="cpu", compute_type="default", **kwargs):
+    def __init__(self, model_dir, device="cpu", compute_type="default", use_vmap=None,
+                 **kwargs):
         import sentencepiece as spm
 
         model_dir = Path(model_dir)
@@ -245,6 +272,11 @@ class CTranslate2Translator:
         self.source = spm.SentencePieceProcessor(model_file=str(model_dir / info["source_model"]))
         self.target = spm.SentencePieceProcessor(model_file=str(model_dir / info["target_model"]))
         self.max_input_length = int(info["max_input_length"])
+        has_map = (model_dir / VOCABULARY_MAP_FILE).is_file()
+        if use_vmap and not has_map:
+            raise ValueError(f"{str(model_dir)!r} has no vocabulary map ({VOCABULARY_MAP_FILE}) "
+                             "for use_vmap=True.")
+        self.use_vmap = has_map if use_vmap is None else bool(use_vmap)
         if device == "cpu":
             kwargs.setdefault("intra_threads", usable_cores())
         self.translator = ctranslate2_module().Translator(
@@ -282,7 +314,7 @@ class CTranslate2Translator:
             results = self.translator.translate_batch(
                 [tokens[i] for i in rows], beam_size=beam_size, length_penalty=length_penalty,
                 max_input_length=0, max_decoding_length=limit,  # trimmed by `tokenize`
-                **{"min_decoding_length": 0, **kwargs},
+                **{"min_decoding_length": 0, "use_vmap": self.use_vmap, **kwargs},
             )
             for i, result in zip(rows, results, strict=True):
                 texts[i] = self.detokenize(result.hypotheses[0]) if tokens[i] else ""
@@ -302,7 +334,7 @@ class CTranslate2Translator:
 
     def translate(self, sentences, search=Greedy(),  # noqa: B008 - a frozen object
                   max_length=DEFAULT_MAX_OUTPUT_LENGTH, extra_length=DEFAULT_EXTRA_LENGTH,
-                  batch_size=TRANSLATE_BATCH_SIZE):
+                  batch_size=CTRANSLATE2_BATCH_SIZE):
         """Translates a list of strings with a strategy of `transformer.strategies`.
 
         Args:
@@ -362,7 +394,7 @@ class CTranslate2Translator:
         return self.translator.translate_batch(
             [tokens[i] for i in rows], max_batch_size=batch_size, max_input_length=0,
             max_decoding_length=limit, min_decoding_length=0, return_end_token=True,
-            return_scores=True, **options)
+            return_scores=True, use_vmap=self.use_vmap, **options)
 
     def _hypotheses(self, tokens, output, search, penalty):
         """The `Hypothesis`es of one sentence, best first (ranked as the project ranks)."""

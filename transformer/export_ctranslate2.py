@@ -39,6 +39,14 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
   source with `[START]` and `[END]` as the project's tokenizers do. `[PAD]`
   is never fed (CTranslate2 pads by lengths). One shared vocabulary is
   written once (`shared_vocabulary.json`).
+- Vocabulary map: a shared vocabulary holds the pieces of both languages, and
+  a translation needs only the target language's. Given the target sentences
+  the model was trained on (`export_run` reads the run's training pairs again,
+  checked against its data fingerprint), the export writes CTranslate2's
+  vocabulary map of the pieces they use (`vmap.txt`, one line with an empty
+  source n-gram: candidates for every sentence), and `CTranslate2Translator`
+  decodes with it (`use_vmap`): the output projection and its softmax run
+  over those pieces only.
 - Tokenizers: CTranslate2 translates tokens (strings). The export copies the
   SentencePiece models (`source.model`/`target.model`, or `shared.model`)
   and their `.vocab` files, or the WordPiece vocabulary files, and writes
@@ -64,6 +72,7 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -80,12 +89,19 @@ from transformer.constants import (
 )
 from transformer.ctranslate2_translator import (
     EXPORT_INFO_FILE,
+    VOCABULARY_MAP_FILE,
     ctranslate2_module,
     write_run_export,
 )
+from transformer.data.corpus import DataError
+from transformer.data.loading import training_corpus
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
 from transformer.decoding import load_run
 from transformer.model import TiedOutputProjection
+from transformer.run.config_format import read_config
+from transformer.run.fingerprint import FINGERPRINT_KEY, data_fingerprint
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "QUANTIZATIONS",
@@ -93,7 +109,10 @@ __all__ = [
     "export_ctranslate2",
     "export_run",
     "source_tokens",
+    "training_targets",
+    "used_pieces",
     "vocabulary",
+    "write_vocabulary_map",
 ]
 
 # CTranslate2's weight types (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`).
@@ -243,6 +262,57 @@ def source_tokens(tokenizer, sentences) -> list[list[str]]:
     return [[token.decode("utf-8") for token in row[1:-1]] for row in rows]
 
 
+def used_pieces(tokenizer, sentences, chunk=10_000) -> list[str]:
+    """The pieces of `tokenizer`'s vocabulary that `sentences` use, in id order,
+    the reserved tokens left out (`chunk` sentences tokenized at a time)."""
+    sentences = list(sentences)
+    used = np.zeros(int(tokenizer.get_vocab_size()), bool)
+    for start in range(0, len(sentences), chunk):
+        ids = tokenizer.tokenize(tf.constant(sentences[start: start + chunk], tf.string))
+        used[np.unique(ids.flat_values.numpy())] = True
+    used[: len(RESERVED_TOKENS)] = False
+    tokens = vocabulary(tokenizer)
+    return [tokens[i] for i in np.flatnonzero(used)]
+
+
+def write_vocabulary_map(output_dir, pieces) -> Path | None:
+    """Writes CTranslate2's vocabulary map (`vmap.txt`) making `pieces` the
+    candidates of every sentence (CTranslate2 adds `[UNK]`, `[START]` and
+    `[END]`); returns its path, or None if a piece holds whitespace, which the
+    map's format cannot hold."""
+    if any(any(char.isspace() for char in piece) for piece in pieces):
+        logger.warning("A target piece holds whitespace; exported without a vocabulary map.")
+        return None
+    path = Path(output_dir) / VOCABULARY_MAP_FILE
+    path.write_text("\t" + " ".join(pieces) + "\n", encoding="utf-8")
+    return path
+
+
+def training_targets(run_dir) -> list[str] | None:
+    """The target sentences of a run's training pairs, read again as train.py
+    read them; None, with a warning, when they cannot be read or are not the
+    data the run was trained on (its data fingerprint in `config.json`)."""
+    config, record = read_config(run_dir)
+    try:
+        corpus = training_corpus(config, download=False)
+        saved = record.get(FINGERPRINT_KEY)
+        if saved is not None and saved != data_fingerprint(config, corpus):
+            raise DataError("they differ from the data the run was trained on "
+                            f"({FINGERPRINT_KEY} in its {rundir.CONFIG_FILE})")
+    except (DataError, OSError) as err:
+        logger.warning("Exporting %s without a vocabulary map, which only makes decoding "
+                       "faster: could not read the run's training pairs: %s", run_dir, err)
+        return None
+    return [target for _, target in corpus.train]
+
+
+def _shares_vocabulary(tokenizers) -> bool:
+    return tokenizers.source is tokenizers.target or (
+        tokenizer_kind(tokenizers.source) == "sentencepiece"
+        and _model_path(tokenizers.source).name == "shared.model"
+    )
+
+
 def _resolve_tokenizers(tokenizers_or_run_dir):
     """Tokenizers, from the object itself, a run directory or a tokenizers directory."""
     if not isinstance(tokenizers_or_run_dir, (str, Path)):
@@ -255,10 +325,7 @@ def _resolve_tokenizers(tokenizers_or_run_dir):
 
 def _copy_tokenizer_files(tokenizers, output_dir: Path) -> dict:
     """Copies the tokenizer files into the export; returns what `export.json` says of them."""
-    shared = tokenizers.source is tokenizers.target or (
-        tokenizer_kind(tokenizers.source) == "sentencepiece"
-        and _model_path(tokenizers.source).name == "shared.model"
-    )
+    shared = _shares_vocabulary(tokenizers)
     info = {"tokenizer": tokenizer_kind(tokenizers.source), "shared_vocabulary": shared}
     for side in ("source", "target"):
         tokenizer = getattr(tokenizers, side)
@@ -282,7 +349,7 @@ def _model_path(tokenizer) -> Path:
 
 
 def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="float32",
-                       force=False) -> Path:
+                       force=False, target_sentences=None) -> Path:
     """Writes `model` and its tokenizers as a CTranslate2 model directory.
 
     Args:
@@ -294,12 +361,16 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
         quantization: the weights' type, `"float32"` (default) or `"int8"`
             (or another of `QUANTIZATIONS`).
         force: replace an existing `output_dir`.
+        target_sentences: the target sentences the model was trained on, or
+            None; when they use fewer pieces than the target vocabulary holds,
+            the export gets a vocabulary map of those (see the module docstring).
 
     Returns:
         `output_dir` as a Path. It holds CTranslate2's `model.bin`,
         `config.json` and vocabularies (`shared_vocabulary.json`, or
         `source_vocabulary.json` and `target_vocabulary.json`), the tokenizer
-        files, and `export.json` (see the module docstring).
+        files, `export.json` (see the module docstring) and, with a vocabulary
+        map, `vmap.txt`.
 
     Raises:
         ImportError: without the `ctranslate2` package.
@@ -322,12 +393,18 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
     spec.save(str(output_dir))
     info = _copy_tokenizer_files(tokenizers, output_dir)
     info.update(max_input_length=int(model.config.max_length), quantization=quantization)
+    if target_sentences is not None:
+        pieces = used_pieces(tokenizers.target, target_sentences)
+        if (len(pieces) + len(RESERVED_TOKENS) < model.target_vocab_size
+                and write_vocabulary_map(output_dir, pieces)):
+            info["vocabulary_map_pieces"] = len(pieces)
     rundir.write_json_atomic(output_dir / EXPORT_INFO_FILE, info)
     return output_dir
 
 
 def export_run(run_dir, output_dir=None, quantization="float32", force=False) -> Path:
-    """Exports a run directory written by train.py (its `model.keras` and tokenizers).
+    """Exports a run directory written by train.py (its `model.keras` and tokenizers,
+    and, for a shared vocabulary, the vocabulary map of its training targets).
 
     Args:
         run_dir: the run directory.
@@ -346,8 +423,10 @@ def export_run(run_dir, output_dir=None, quantization="float32", force=False) ->
         transformer.rundir.RunDirError: a missing or incomplete run directory.
     """
     tokenizers, model = load_run(run_dir)
+    # Only a shared vocabulary holds pieces that no target uses.
+    targets = training_targets(run_dir) if _shares_vocabulary(tokenizers) else None
     if output_dir is None:
         return write_run_export(run_dir, quantization, lambda directory: export_ctranslate2(
-            model, tokenizers, directory, quantization=quantization))
+            model, tokenizers, directory, quantization=quantization, target_sentences=targets))
     return export_ctranslate2(model, tokenizers, output_dir, quantization=quantization,
-                              force=force)
+                              force=force, target_sentences=targets)

@@ -17,12 +17,14 @@ With `--engine ctranslate2` the run is converted once to a CTranslate2 model
 directory inside it (`RUN/ctranslate2-float32/`, or `-int8`; converted again
 when its model.keras changes, see `transformer.cli.export`) and translated by
 CTranslate2 (`transformer.ctranslate2_translator`), with the same search
-options and scores; TensorFlow starts only to convert. The attention plots
+options and scores (renormalized over the target language's pieces when the
+run has one vocabulary); TensorFlow starts only to convert. The attention plots
 need the TensorFlow engine.
 
 Sentences come from the arguments or, without any, from standard input (one
 per line, UTF-8); either way they are sorted by length and translated in
-batches of `transformer.constants.TRANSLATE_BATCH_SIZE`. Translations go to
+batches of `transformer.constants.TRANSLATE_BATCH_SIZE` (CTranslate2:
+`transformer.ctranslate2_translator.CTRANSLATE2_BATCH_SIZE`). Translations go to
 standard output, one per line, in the input's order (with --scores, each
 followed by a tab and its score; with --n-best N, N such lines per sentence,
 best first). A byte-order mark at the start of standard input is dropped. A
@@ -104,7 +106,7 @@ def parse_args(argv=None):
     parser.add_argument("--engine", choices=ENGINES, default="tensorflow",
                         help="tensorflow: the model in TensorFlow (default); ctranslate2: "
                              "the run converted once to a CTranslate2 model directory inside "
-                             "it and translated by CTranslate2, the same search and scores "
+                             "it and translated by CTranslate2, the same search "
                              "(needs the ctranslate2 package; no --plot or --html)")
     parser.add_argument("--quantization", choices=CLI_QUANTIZATIONS, default=None,
                         help="with --engine ctranslate2: the weights' type (default float32; "

@@ -4,7 +4,8 @@
 - `toy`: the generated toy Portuguese-English corpus, the offline default.
 - `tsv`: your own `source<TAB>target` files.
 - `tfds_ted`: the tutorial's `ted_hrlr_translate/pt_to_en` through TFDS.
-- `loading`: `load_corpus`, which picks one of the above.
+- `loading`: `load_corpus`, which picks one of the above, and `training_corpus`,
+  the one a run's config names.
 - `tokenizers`: `build_tokenizers`, `save_tokenizers` and `load_tokenizers`,
   for either kind of subword tokenizer.
 - `sentencepiece`: `SentencePieceTokenizer`, reversible (the default kind).
@@ -39,6 +40,7 @@ _EXPORTS = {
     "load_tfds_translation": "tfds_ted",
     "TED_HRLR_PT_EN": "tfds_ted",
     "load_corpus": "loading",
+    "training_corpus": "loading",
     "DATASETS": "loading",
     "learn_wordpiece_vocab": "wordpiece",
     "WordPieceTokenizer": "wordpiece",

@@ -86,3 +86,25 @@ def load_corpus(
         f"Received an invalid value for argument `dataset`, expected one of {list(DATASETS)} "
         f"(or your own file with --data FILE.tsv). Received: dataset={dataset!r}"
     )
+
+
+def training_corpus(config, download=None) -> Corpus:
+    """The corpus a run's config names: its dataset or TSV files, columns and seed.
+
+    `config` is a `transformer.run.config.RunConfig` (or anything with its
+    fields); `download` overrides `config.download` (None keeps it). The
+    trainer reads its data with it, and the CTranslate2 export reads a run's
+    training targets again with it.
+    """
+    return load_corpus(
+        dataset=config.dataset,
+        data=config.data,
+        valid=config.valid,
+        test=config.test,
+        source_column=config.source_column,
+        target_column=config.target_column,
+        skip_bad_lines=config.skip_bad_lines,
+        seed=config.seed,
+        data_dir=config.tfds_data_dir,
+        download=config.download if download is None else download,
+    )

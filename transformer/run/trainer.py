@@ -33,7 +33,7 @@ from transformer.data.batching import (
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
-from transformer.data.loading import load_corpus
+from transformer.data.loading import training_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.kernels.allocator import use_fast_allocators
 from transformer.kernels.multiworker import multi_worker_fit_workaround
@@ -293,18 +293,7 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> tuple[_Session,
 def _load_data(session: _Session, config: RunConfig) -> _Data:
     """Loads the corpus, builds (or reloads) the tokenizers and tokenizes the
     pairs, as the (not yet resolved) `config` says."""
-    corpus = load_corpus(
-        dataset=config.dataset,
-        data=config.data,
-        valid=config.valid,
-        test=config.test,
-        source_column=config.source_column,
-        target_column=config.target_column,
-        skip_bad_lines=config.skip_bad_lines,
-        seed=config.seed,
-        data_dir=config.tfds_data_dir,
-        download=config.download,
-    )
+    corpus = training_corpus(config)
     logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                 len(corpus.train), len(corpus.valid), len(corpus.test))
     fingerprint = data_fingerprint(config, corpus)
