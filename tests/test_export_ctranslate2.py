@@ -46,9 +46,9 @@ from transformer.export_ctranslate2 import (  # noqa: E402
     export_ctranslate2,
     export_run,
     source_tokens,
-    training_targets,
-    used_pieces,
+    training_target_pieces,
     vocabulary,
+    write_vocabulary_map,
 )
 from transformer.model import Transformer  # noqa: E402
 from transformer.strategies import Greedy  # noqa: E402
@@ -442,30 +442,38 @@ def test_wordpiece_tokenizers_are_exported_as_vocabulary_files(test_pairs, tmp_p
 
 @pytest.fixture(scope="module")
 def mapped_export(real_text_run, tmp_path_factory):
-    """`(tokenizers, directory, training targets)` of the real-text run's export."""
+    """`(tokenizers, directory)` of the real-text run's export."""
     tokenizers, _ = load_run(real_text_run.run_dir)
     directory = export_run(real_text_run.run_dir, tmp_path_factory.mktemp("vmap") / "ct2")
-    targets = [target for _, target in read_tsv(real_text_run.config.data)]
-    return tokenizers, directory, targets
+    return tokenizers, directory
 
 
-def test_a_shared_vocabulary_is_mapped_to_the_training_targets_pieces(mapped_export):
-    tokenizers, directory, targets = mapped_export
+def test_a_shared_vocabulary_is_mapped_to_the_training_targets_pieces(mapped_export,
+                                                                      real_text_run):
+    tokenizers, directory = mapped_export
+    config = real_text_run.config
+    assert not (Path(real_text_run.run_dir) / "sampling.json").exists()  # the best split only
     line, = (directory / VOCABULARY_MAP_FILE).read_text(encoding="utf-8").splitlines()
     key, candidates = line.split("\t")
     assert key == ""  # candidates of every sentence
     pieces = candidates.split(" ")
-    assert pieces == used_pieces(tokenizers.target, targets)
+    # SentencePiece's own pieces of the training targets, trimmed as training trims them.
+    processor = spm.SentencePieceProcessor(
+        model_file=str(directory / json.loads((directory / EXPORT_INFO_FILE).read_text())[
+            "target_model"]))
+    keep = config.resolved_max_tokens - 2
+    seen = {piece for _, target in read_tsv(config.data)
+            for piece in processor.encode(target, out_type=str)[:keep]}
     everything = vocabulary(tokenizers.target)
+    assert pieces == [piece for piece in everything if piece in seen]
     # Pieces of the targets only: the source language's own pieces are left out.
     assert len(pieces) + len(RESERVED_TOKENS) < len(everything)
-    assert set(pieces) < set(everything[len(RESERVED_TOKENS):])
     info = json.loads((directory / EXPORT_INFO_FILE).read_text())
     assert info["vocabulary_map_pieces"] == len(pieces)
 
 
 def test_the_map_keeps_every_greedy_translation_that_uses_its_pieces(mapped_export, test_pairs):
-    _, directory, _ = mapped_export
+    _, directory = mapped_export
     mapped = CTranslate2Translator(directory)
     unmapped = CTranslate2Translator(directory, use_vmap=False)
     assert mapped.use_vmap and not unmapped.use_vmap
@@ -484,21 +492,52 @@ def test_the_map_keeps_every_greedy_translation_that_uses_its_pieces(mapped_expo
     assert kept > 0
 
 
-def test_without_the_runs_training_pairs_the_export_has_no_map(real_text_run, tmp_path,
-                                                               caplog):
+def test_without_the_runs_training_pairs_there_is_no_map(real_text_run, tmp_path, caplog):
+    tokenizers, _ = load_run(real_text_run.run_dir)
     record = json.loads((Path(real_text_run.run_dir) / "config.json").read_text())
-    changed = tmp_path / "changed.tsv"
-    changed.write_text("um\tone\n" + Path(record["data"]).read_text(encoding="utf-8"),
-                       encoding="utf-8")
-    for name, data in (("missing", str(tmp_path / "gone.tsv")), ("changed", str(changed))):
+    fingerprint = record["data_fingerprint"]
+    copy = tmp_path / "train.tsv"
+    copy.write_bytes(Path(record["data"]).read_bytes())
+    # The same pairs in another file, the fingerprint made for it: the map is made.
+    same = {**record, "data": str(copy), "data_fingerprint": {
+        **fingerprint, "data": {**fingerprint["data"], "path": str(copy)}}}
+    cases = {
+        "same": same,
+        "changed": same,  # the copy's content changes below
+        "missing": {**record, "data": str(tmp_path / "gone.tsv")},
+        "unfingerprinted": {k: v for k, v in record.items() if k != "data_fingerprint"},
+    }
+    for name, config in cases.items():
+        if name == "changed":
+            copy.write_text("um\tone\n" + copy.read_text(encoding="utf-8"), encoding="utf-8")
         run = tmp_path / name
         run.mkdir()
-        (run / "config.json").write_text(json.dumps({**record, "data": data}))
+        (run / "config.json").write_text(json.dumps(config))
         caplog.clear()
-        assert training_targets(run) is None
-        assert "without a vocabulary map" in caplog.text
-    assert "differ from the data the run was trained on" in caplog.text
-    assert training_targets(real_text_run.run_dir) is not None
+        pieces = training_target_pieces(run, tokenizers)
+        if name == "same":
+            best = training_target_pieces(real_text_run.run_dir, tokenizers)
+            assert pieces == best and "without a vocabulary map" not in caplog.text
+            # A run that drew segmentations was trained on their pieces too.
+            (run / "sampling.json").write_text(json.dumps({"samples": True, "from_pass": 1}))
+            drawn = training_target_pieces(run, tokenizers)
+            assert set(best) < set(drawn)
+        else:
+            assert pieces is None, name
+            assert "without a vocabulary map" in caplog.text and "--force" in caplog.text
+        if name == "changed":
+            assert "differ from the data the run was trained on" in caplog.text
+        if name == "unfingerprinted":
+            assert "no data fingerprint" in caplog.text
+
+
+def test_a_piece_with_whitespace_or_no_pieces_write_no_map(tmp_path, caplog):
+    assert write_vocabulary_map(tmp_path, ["\u2581a", "b c"]) is None
+    assert "'b c' holds whitespace" in caplog.text
+    assert write_vocabulary_map(tmp_path, []) is None
+    assert not (tmp_path / VOCABULARY_MAP_FILE).exists()
+    assert write_vocabulary_map(tmp_path, ["\u2581a", "b"]).read_text(encoding="utf-8") == \
+        "\t\u2581a b\n"
 
 
 def test_use_vmap_without_a_map_is_a_clear_error(run_export):

@@ -9,8 +9,8 @@ serves translations needs only `ctranslate2` and `sentencepiece` besides it.
 `CTranslate2Translator.translate(sentences, search)` runs the strategies of
 `transformer.strategies` (`Greedy()`, `Beam(size, alpha, n_best)`,
 `Sample(...)`) as `transformer.translate.Translator` does, with the same
-scores (over the vocabulary map's pieces, see below); `translate.py --engine ctranslate2` uses it. How each maps onto
-CTranslate2:
+scores (without a vocabulary map; with one, see below); `translate.py
+--engine ctranslate2` uses it. How each maps onto CTranslate2:
 
 - Greedy decoding: `beam_size=1`. The score is `log P(Y | X)`, `[END]`
   included (`min_decoding_length=0`, see `transformer.export_ctranslate2`).
@@ -41,10 +41,13 @@ CTranslate2:
 
 An export of a run trained on a shared vocabulary carries a vocabulary map
 (`VOCABULARY_MAP_FILE`): the pieces the run's training targets use, the
-target language's share of the vocabulary. With it (`use_vmap`, the default when
-the export has one) CTranslate2 projects onto those pieces only, which makes
-each decoding step cheaper, and the softmax runs over them: `log P` is the
-model's, renormalized over the pieces a translation can use.
+target language's share of the vocabulary. With it (`use_vmap`, the default
+when the export has one) CTranslate2 projects onto those pieces only, which
+makes each decoding step cheaper, and the softmax runs over them: every
+score, `log P` included, and every sampling draw are the model's
+renormalized over the pieces a translation can use. A greedy translation is
+the model's whenever the model's own would use those pieces only; a beam's
+ranking may change. `use_vmap=False` gives the model's own scores.
 
 Every sentence has its own output limit (`min(max_length, source tokens +
 extra_length)`) and CTranslate2 one per call, so, as `Translator` does, a
@@ -218,7 +221,8 @@ class Hypothesis:
         input_tokens: the source's pieces as the model saw them, `[START]`
             ... `[END]` (pieces outside the vocabulary as `[UNK]`).
         score: what the search ranks by: `log P / lp(Y)` for a beam, else `log P`.
-        log_prob: `log P(Y | X)` (`-inf` for an empty sentence).
+        log_prob: `log P(Y | X)` (`-inf` for an empty sentence), over the
+            vocabulary map's pieces when one is used.
     """
 
     text: str

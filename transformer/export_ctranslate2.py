@@ -40,13 +40,14 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
   is never fed (CTranslate2 pads by lengths). One shared vocabulary is
   written once (`shared_vocabulary.json`).
 - Vocabulary map: a shared vocabulary holds the pieces of both languages, and
-  a translation needs only the target language's. Given the target sentences
-  the model was trained on (`export_run` reads the run's training pairs again,
-  checked against its data fingerprint), the export writes CTranslate2's
-  vocabulary map of the pieces they use (`vmap.txt`, one line with an empty
-  source n-gram: candidates for every sentence), and `CTranslate2Translator`
-  decodes with it (`use_vmap`): the output projection and its softmax run
-  over those pieces only.
+  a translation needs only the target language's. Given the target pieces
+  the model was trained on (`export_run` tokenizes the run's training pairs
+  again as training did, its drawn segmentations included, after checking
+  them against the run's data fingerprint), the export writes CTranslate2's
+  vocabulary map of them (`vmap.txt`, one line with an empty source n-gram:
+  candidates for every sentence), and `CTranslate2Translator` decodes with it
+  (`use_vmap`): the output projection and its softmax run over those pieces
+  only, so scores are renormalized over them.
 - Tokenizers: CTranslate2 translates tokens (strings). The export copies the
   SentencePiece models (`source.model`/`target.model`, or `shared.model`)
   and their `.vocab` files, or the WordPiece vocabulary files, and writes
@@ -93,13 +94,14 @@ from transformer.ctranslate2_translator import (
     ctranslate2_module,
     write_run_export,
 )
-from transformer.data.corpus import DataError
+from transformer.data.batching import tokenize_pairs
 from transformer.data.loading import training_corpus
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
 from transformer.decoding import load_run
 from transformer.model import TiedOutputProjection
 from transformer.run.config_format import read_config
 from transformer.run.fingerprint import FINGERPRINT_KEY, data_fingerprint
+from transformer.run.sampling import drawn_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +111,7 @@ __all__ = [
     "export_ctranslate2",
     "export_run",
     "source_tokens",
-    "training_targets",
-    "used_pieces",
+    "training_target_pieces",
     "vocabulary",
     "write_vocabulary_map",
 ]
@@ -262,48 +263,56 @@ def source_tokens(tokenizer, sentences) -> list[list[str]]:
     return [[token.decode("utf-8") for token in row[1:-1]] for row in rows]
 
 
-def used_pieces(tokenizer, sentences, chunk=10_000) -> list[str]:
-    """The pieces of `tokenizer`'s vocabulary that `sentences` use, in id order,
-    the reserved tokens left out (`chunk` sentences tokenized at a time)."""
-    sentences = list(sentences)
-    used = np.zeros(int(tokenizer.get_vocab_size()), bool)
-    for start in range(0, len(sentences), chunk):
-        ids = tokenizer.tokenize(tf.constant(sentences[start: start + chunk], tf.string))
-        used[np.unique(ids.flat_values.numpy())] = True
-    used[: len(RESERVED_TOKENS)] = False
-    tokens = vocabulary(tokenizer)
-    return [tokens[i] for i in np.flatnonzero(used)]
-
-
 def write_vocabulary_map(output_dir, pieces) -> Path | None:
     """Writes CTranslate2's vocabulary map (`vmap.txt`) making `pieces` the
     candidates of every sentence (CTranslate2 adds `[UNK]`, `[START]` and
-    `[END]`); returns its path, or None if a piece holds whitespace, which the
-    map's format cannot hold."""
-    if any(any(char.isspace() for char in piece) for piece in pieces):
-        logger.warning("A target piece holds whitespace; exported without a vocabulary map.")
+    `[END]`); returns its path, or None (with a warning) for no pieces or a
+    piece the map's format cannot hold (one with a space, tab or line break)."""
+    pieces = list(pieces)
+    bad = next((piece for piece in pieces if set(piece) & set(" \t\r\n")), None)
+    if not pieces or bad is not None:
+        logger.warning("Exported without a vocabulary map: %s.",
+                       f"the target piece {bad!r} holds whitespace" if pieces
+                       else "no target pieces were given")
         return None
     path = Path(output_dir) / VOCABULARY_MAP_FILE
     path.write_text("\t" + " ".join(pieces) + "\n", encoding="utf-8")
     return path
 
 
-def training_targets(run_dir) -> list[str] | None:
-    """The target sentences of a run's training pairs, read again as train.py
-    read them; None, with a warning, when they cannot be read or are not the
-    data the run was trained on (its data fingerprint in `config.json`)."""
-    config, record = read_config(run_dir)
+def training_target_pieces(run_dir, tokenizers) -> list[str] | None:
+    """The target pieces a run was trained on, in id order, the reserved tokens
+    left out: its training pairs read and tokenized again as training did
+    (trimmed, with the segmentations it drew, `rundir.SAMPLING_FILE`). None,
+    with a warning, when they cannot be read or are not the data the run was
+    trained on (the data fingerprint of its `config.json`, which it must have)."""
+    run_dir = Path(run_dir)
     try:
-        corpus = training_corpus(config, download=False)
+        config, record = read_config(run_dir)
         saved = record.get(FINGERPRINT_KEY)
-        if saved is not None and saved != data_fingerprint(config, corpus):
-            raise DataError("they differ from the data the run was trained on "
-                            f"({FINGERPRINT_KEY} in its {rundir.CONFIG_FILE})")
-    except (DataError, OSError) as err:
+        if saved is None:
+            raise ValueError(f"its {rundir.CONFIG_FILE} has no data fingerprint to check them")
+        corpus = training_corpus(config, download=False)
+        if saved != data_fingerprint(config, corpus):
+            raise ValueError("they differ from the data the run was trained on "
+                             f"({FINGERPRINT_KEY} in its {rundir.CONFIG_FILE})")
+        tokens = tokenize_pairs(corpus.train, tokenizers, config.resolved_max_tokens)
+        plan = run_dir / rundir.SAMPLING_FILE
+        if plan.is_file():
+            tokens = drawn_pairs(config, corpus.train, tokenizers, tokens,
+                                 rundir.read_json(plan))
+    except Exception as err:  # noqa: BLE001 - the map only speeds decoding up; say why not
         logger.warning("Exporting %s without a vocabulary map, which only makes decoding "
-                       "faster: could not read the run's training pairs: %s", run_dir, err)
+                       "faster: could not read the run's training pairs (%s). Export again "
+                       "with `transformer-export RUN --force` once they can be read.",
+                       run_dir, str(err).strip().splitlines()[0] if str(err).strip() else
+                       type(err).__name__)
         return None
-    return [target for _, target in corpus.train]
+    used = np.zeros(int(tokenizers.target.get_vocab_size()), bool)
+    used[np.unique(tokens.target.flat_values.numpy())] = True
+    used[: len(RESERVED_TOKENS)] = False
+    names = vocabulary(tokenizers.target)
+    return [names[i] for i in np.flatnonzero(used)]
 
 
 def _shares_vocabulary(tokenizers) -> bool:
@@ -349,7 +358,7 @@ def _model_path(tokenizer) -> Path:
 
 
 def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="float32",
-                       force=False, target_sentences=None) -> Path:
+                       force=False, target_pieces=None) -> Path:
     """Writes `model` and its tokenizers as a CTranslate2 model directory.
 
     Args:
@@ -361,9 +370,10 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
         quantization: the weights' type, `"float32"` (default) or `"int8"`
             (or another of `QUANTIZATIONS`).
         force: replace an existing `output_dir`.
-        target_sentences: the target sentences the model was trained on, or
-            None; when they use fewer pieces than the target vocabulary holds,
-            the export gets a vocabulary map of those (see the module docstring).
+        target_pieces: the target pieces the model was trained on
+            (`training_target_pieces`), or None; when they are fewer than the
+            target vocabulary's, the export gets a vocabulary map of them (see
+            the module docstring).
 
     Returns:
         `output_dir` as a Path. It holds CTranslate2's `model.bin`,
@@ -393,11 +403,10 @@ def export_ctranslate2(model, tokenizers_or_run_dir, output_dir, quantization="f
     spec.save(str(output_dir))
     info = _copy_tokenizer_files(tokenizers, output_dir)
     info.update(max_input_length=int(model.config.max_length), quantization=quantization)
-    if target_sentences is not None:
-        pieces = used_pieces(tokenizers.target, target_sentences)
-        if (len(pieces) + len(RESERVED_TOKENS) < model.target_vocab_size
-                and write_vocabulary_map(output_dir, pieces)):
-            info["vocabulary_map_pieces"] = len(pieces)
+    if (target_pieces is not None
+            and len(target_pieces) + len(RESERVED_TOKENS) < model.target_vocab_size
+            and write_vocabulary_map(output_dir, target_pieces)):
+        info["vocabulary_map_pieces"] = len(target_pieces)
     rundir.write_json_atomic(output_dir / EXPORT_INFO_FILE, info)
     return output_dir
 
@@ -424,9 +433,10 @@ def export_run(run_dir, output_dir=None, quantization="float32", force=False) ->
     """
     tokenizers, model = load_run(run_dir)
     # Only a shared vocabulary holds pieces that no target uses.
-    targets = training_targets(run_dir) if _shares_vocabulary(tokenizers) else None
+    pieces = training_target_pieces(run_dir, tokenizers) if _shares_vocabulary(tokenizers) \
+        else None
     if output_dir is None:
         return write_run_export(run_dir, quantization, lambda directory: export_ctranslate2(
-            model, tokenizers, directory, quantization=quantization, target_sentences=targets))
+            model, tokenizers, directory, quantization=quantization, target_pieces=pieces))
     return export_ctranslate2(model, tokenizers, output_dir, quantization=quantization,
-                              force=force, target_sentences=targets)
+                              force=force, target_pieces=pieces)

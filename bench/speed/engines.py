@@ -90,9 +90,11 @@ def tensorflow_engine(run, variant, threads):
     return translate, model.dtype_policy.name
 
 
-def ctranslate2_engine(run, variant, threads, patience=None):
+def ctranslate2_engine(run, variant, threads, patience=None, batch_size=None, use_vmap=None):
     """`(translate, precision)` of a CTranslate2 variant (`ct2-float32`, `ct2-int8`);
-    `patience` replaces the beam's `BEAM_PATIENCE`."""
+    `patience` replaces the beam's `BEAM_PATIENCE`, `batch_size` the engine's
+    `CTRANSLATE2_BATCH_SIZE`, and `use_vmap=False` leaves the export's vocabulary
+    map unused."""
     from transformer import strategies
     from transformer.ctranslate2_translator import CTranslate2Translator, run_export_dir
 
@@ -100,11 +102,12 @@ def ctranslate2_engine(run, variant, threads, patience=None):
         strategies.BEAM_PATIENCE = patience
 
     quantization = variant.split("-", 1)[1]
-    translator = CTranslate2Translator(run_export_dir(run, quantization),
+    translator = CTranslate2Translator(run_export_dir(run, quantization), use_vmap=use_vmap,
                                        intra_threads=threads, inter_threads=1)
+    options = {} if batch_size is None else {"batch_size": batch_size}
 
     def translate(sentences, search):
-        results = translator.translate(sentences, search=search)
+        results = translator.translate(sentences, search=search, **options)
         return [r.text for r in results], [r.score for r in results]
 
     return translate, quantization
@@ -117,7 +120,8 @@ def worker(args):
         translate, precision = tensorflow_engine(args.run, args.worker, args.threads)
     else:
         translate, precision = ctranslate2_engine(args.run, args.worker, args.threads,
-                                                  args.patience)
+                                                  args.patience, args.ct2_batch_size,
+                                                  False if args.no_vmap else None)
     translate(sources[:1], Greedy())
     record = {"variant": args.worker, "threads": args.threads, "precision": precision,
               "startup_s": round(time.time() - args.spawned, 2), "searches": {}}
@@ -155,6 +159,10 @@ def run_worker(args, variant, threads):
         command += ["--limit", str(args.limit)]
     if args.patience is not None:
         command += ["--patience", str(args.patience)]
+    if args.ct2_batch_size is not None:
+        command += ["--ct2-batch-size", str(args.ct2_batch_size)]
+    if args.no_vmap:
+        command += ["--no-vmap"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)}
     return worker_json(command, env, f"{variant} on {threads} core(s)")
 
@@ -249,7 +257,8 @@ def driver(args):
             results.append(run_worker(args, variant, threads))
     record = {"run": str(args.run), "test": str(args.test), "sentences": len(sources),
               "saved_precision": saved, "reference": reference, "machine": machine(),
-              "patience": args.patience,
+              "patience": args.patience, "ct2_batch_size": args.ct2_batch_size,
+              "no_vmap": args.no_vmap,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": " ".join(sys.argv), "rows": compare(results, references, reference),
               "outputs": compact(results)}
@@ -282,6 +291,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these of tf, tf-float32, ct2-float32, ct2-int8")
     parser.add_argument("--patience", type=float, default=None,
                         help="CTranslate2's beam patience (default: the engine's BEAM_PATIENCE)")
+    parser.add_argument("--ct2-batch-size", type=int, default=None,
+                        help="sentences CTranslate2 decodes together (default: the engine's "
+                             "CTRANSLATE2_BATCH_SIZE)")
+    parser.add_argument("--no-vmap", action="store_true",
+                        help="CTranslate2 without the export's vocabulary map")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, default=None, help=argparse.SUPPRESS)

@@ -17,9 +17,10 @@ With `--engine ctranslate2` the run is converted once to a CTranslate2 model
 directory inside it (`RUN/ctranslate2-float32/`, or `-int8`; converted again
 when its model.keras changes, see `transformer.cli.export`) and translated by
 CTranslate2 (`transformer.ctranslate2_translator`), with the same search
-options and scores (renormalized over the target language's pieces when the
-run has one vocabulary); TensorFlow starts only to convert. The attention plots
-need the TensorFlow engine.
+options and scores, except that for a run with one vocabulary the scores
+are renormalized over the target language's pieces (the export's vocabulary
+map, see `transformer.ctranslate2_translator`); TensorFlow starts only to
+convert. The attention plots need the TensorFlow engine.
 
 Sentences come from the arguments or, without any, from standard input (one
 per line, UTF-8); either way they are sorted by length and translated in
