@@ -64,6 +64,21 @@ def test_real_corpora_are_sized_from_the_corpus():
     assert toy.eval_beam_size == 1
 
 
+@pytest.mark.parametrize("decay", ["inverse_sqrt", "linear", "cosine", "cooldown"])
+def test_the_moving_average_is_off_by_default_with_a_fall_to_zero(decay):
+    from transformer.run.config import RunConfig
+    from transformer.run.recipes import CORPUS_DEFAULTS, TOY_DEFAULTS
+
+    paper = decay == "inverse_sqrt"
+    assert RunConfig(data="a.tsv", decay=decay).ema_momentum == (
+        CORPUS_DEFAULTS["ema_momentum"] if paper else 0.0)
+    assert RunConfig(decay=decay).ema_momentum == TOY_DEFAULTS["ema_momentum"] == 0.0
+    # Asked for, it stays; so does the default schedule's.
+    assert RunConfig(data="a.tsv", decay=decay, ema_momentum=0.99).ema_momentum == 0.99
+    assert RunConfig(data="a.tsv").ema_momentum == CORPUS_DEFAULTS["ema_momentum"] > 0
+    assert RunConfig(data="a.tsv", decay=decay, average_checkpoints=3).ema_momentum == 0.0
+
+
 def test_default_model_drops_dropout_on_real_corpora_unless_given():
     from transformer.model_config import PRESETS
     from transformer.run.recipes import CORPUS_DROPOUT_RATE, default_model

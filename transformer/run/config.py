@@ -224,7 +224,7 @@ class RunConfig:
         "m = min(M, (1 + step) / (10 + step)); 0 keeps the final weights",
         section="schedule", kind="rate", metavar="M",
         default_help="{toy[ema_momentum]} for the toy corpus, {corpus[ema_momentum]} "
-        "otherwise, 0 with --average-checkpoints")
+        "otherwise, 0 with --average-checkpoints or with a --decay that falls to zero")
     # -- batches -------------------------------------------------------------
     batch_size: int | None = setting(
         None, "sentence pairs per step, over all devices; with token budgets "

@@ -206,6 +206,15 @@ def default_model(preset: str, dataset: str = "toy", data=None,
     return TransformerConfig.from_preset(preset, **overrides)
 
 
+def decays_to_zero(decay: str) -> bool:
+    """Whether the schedule `decay` falls to zero at the run's end (not the paper's).
+
+    >>> decays_to_zero("cooldown"), decays_to_zero("inverse_sqrt")
+    (True, False)
+    """
+    return decay != "inverse_sqrt"
+
+
 def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
     """The settings that depend on the dataset, when not given.
 
@@ -235,9 +244,13 @@ def recipe_defaults(config) -> dict[str, Any]:
             if name == "shared_vocab":  # only SentencePiece learns one vocabulary
                 tokenizer = filled.get("tokenizer", config.tokenizer)
                 value = value and tokenizer == "sentencepiece"
-            if (name == "ema_momentum" and isinstance(config.average_checkpoints, int)
-                    and config.average_checkpoints > 1):
-                value = 0.0  # the averaging asked for replaces the default one
+            if name == "ema_momentum" and ((isinstance(config.average_checkpoints, int)
+                                            and config.average_checkpoints > 1)
+                                           or decays_to_zero(config.decay or defaults["decay"])):
+                # The averaging asked for replaces the default one. A fall to zero
+                # does the average's work (Hägele et al., 2024), while an average
+                # over a short run still holds weights from before the fall.
+                value = 0.0
             filled[name] = value
     if config.lower_case is None:
         filled["lower_case"] = filled.get("tokenizer", config.tokenizer) == "wordpiece"
