@@ -57,6 +57,8 @@ PAPER_LEARNING_RATE = "paper"
 # zero at the run's end: in a straight line or along half a cosine from the
 # peak, or at the peak until a last share of the run (a cool-down).
 DECAYS = ("inverse_sqrt", "linear", "cosine", "cooldown")
+# The decays that reach zero at the run's end, and so need its length.
+DECAYS_TO_ZERO = DECAYS[1:]
 
 # The subword tokenizers (`transformer.data.tokenizers`): the tutorial's
 # WordPiece and the reversible SentencePiece.

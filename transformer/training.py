@@ -21,7 +21,14 @@ from transformer._validation import (
     check_positive_int,
     check_rate,
 )
-from transformer.constants import ADAM_BETA_1, ADAM_BETA_2, ADAM_EPSILON, DECAYS, PAD_ID
+from transformer.constants import (
+    ADAM_BETA_1,
+    ADAM_BETA_2,
+    ADAM_EPSILON,
+    DECAYS,
+    DECAYS_TO_ZERO,
+    PAD_ID,
+)
 
 # A schedule that decays to zero warms up for `warmup_steps` or for this share
 # of the run, whichever is shorter: a run shorter than its warm-up still
@@ -114,7 +121,7 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         if total_steps is not None:
             check_positive_int("total_steps", total_steps)
         check_choice("decay", decay, DECAYS)
-        if decay != "inverse_sqrt" and total_steps is None:
+        if decay in DECAYS_TO_ZERO and total_steps is None:
             raise ValueError(
                 f"Received decay={decay!r} without `total_steps`: a decay to zero needs "
                 "the run's length. Received: total_steps=None")
@@ -135,7 +142,7 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     @property
     def rise_steps(self) -> float:
         """The steps of the warm-up: `warmup_steps`, or fewer in a short run."""
-        if self.decay != "inverse_sqrt":
+        if self.decay in DECAYS_TO_ZERO:
             return min(self.warmup_steps, DECAY_WARMUP_SHARE * self.total_steps)
         return min(self.warmup_steps, self.total_steps or self.warmup_steps)
 

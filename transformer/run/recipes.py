@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from transformer.constants import PAPER_LEARNING_RATE
+from transformer.constants import DECAYS_TO_ZERO, PAPER_LEARNING_RATE
 from transformer.model_config import TransformerConfig
 from transformer.run.precision import default_precision
 
@@ -206,15 +206,6 @@ def default_model(preset: str, dataset: str = "toy", data=None,
     return TransformerConfig.from_preset(preset, **overrides)
 
 
-def decays_to_zero(decay: str) -> bool:
-    """Whether the schedule `decay` falls to zero at the run's end (not the paper's).
-
-    >>> decays_to_zero("cooldown"), decays_to_zero("inverse_sqrt")
-    (True, False)
-    """
-    return decay != "inverse_sqrt"
-
-
 def dataset_defaults(dataset: str = "toy", data=None) -> dict[str, Any]:
     """The settings that depend on the dataset, when not given.
 
@@ -246,7 +237,7 @@ def recipe_defaults(config) -> dict[str, Any]:
                 value = value and tokenizer == "sentencepiece"
             if name == "ema_momentum" and ((isinstance(config.average_checkpoints, int)
                                             and config.average_checkpoints > 1)
-                                           or decays_to_zero(config.decay or defaults["decay"])):
+                                           or (config.decay or defaults["decay"]) in DECAYS_TO_ZERO):
                 # The averaging asked for replaces the default one. A fall to zero
                 # does the average's work (Hägele et al., 2024), while an average
                 # over a short run still holds weights from before the fall.
