@@ -92,7 +92,7 @@ def test_translator_greedy_and_beam(translator, test_pairs):
     for g, b in zip(greedy, beam_one, strict=True):
         assert b.text == g.text
         assert b.score == pytest.approx(g.log_prob / length_penalty(len(g.token_ids), 0.6),
-                                        rel=1e-5)
+                                        rel=1e-4)  # float32 sums in another order
     # A beam of 4 returns beam_search_decode's output, scored as the model scores it.
     beam = translator(sentences, search=Beam(4))
     tokens, scores = beam_search_decode(model, encoder_tokens, translator.max_length,
