@@ -118,7 +118,7 @@ def test_no_shuffle_keeps_order_and_drop_remainder(tokenized):
     dataset = batches_from_tokens(tokenized, batch_size=300, shuffle=False, drop_remainder=True)
     batches = list(dataset)
     assert len(batches) == 3 and all(b[1].shape[0] == 300 for b in batches)
-    assert _rows(batches[0][0][0])[0] == tokenized.context[0].numpy().tolist()
+    assert _rows(batches[0][0][0])[0] == tokenized.context[0].tolist()
 
 
 def test_long_pairs_are_trimmed_keeping_end_and_counted(tokenizers, caplog):
@@ -241,14 +241,13 @@ def test_fixed_shape_batches_have_one_shape_per_width_and_lose_no_pair(tokenized
 def test_fixed_shape_batch_rows_equal_the_unpadded_pairs(tokenized):
     budget, step = 200, 8
     indices = token_budget_batches(
-        np.maximum(np.diff(tokenized.context.row_splits.numpy()),
-                   np.diff(tokenized.target.row_splits.numpy()) - 1),
+        np.maximum(tokenized.context.lengths, tokenized.target.lengths - 1),
         budget, seed=3, pass_index=0, length_step=step)[0]
     (context, x), labels = next(iter(
         budget_batches_from_tokens(tokenized, budget, seed=3, length_step=step)))
     for row, index in enumerate(indices):
-        source = tokenized.context[index].numpy()
-        target = tokenized.target[index].numpy()
+        source = tokenized.context[index]
+        target = tokenized.target[index]
         np.testing.assert_array_equal(context[row, : len(source)], source)
         assert (context[row, len(source):] == PAD_ID).numpy().all()
         np.testing.assert_array_equal(x[row, : len(target) - 1], target[:-1])
@@ -309,7 +308,7 @@ def _padded(rows, shape):
     """`rows` (then all-padding rows) padded with [PAD] to `shape`."""
     out = np.full(shape, PAD_ID, np.int64)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = row.numpy()
+        out[i, : len(row)] = row
     return out
 
 
@@ -345,10 +344,10 @@ def test_sample_pairs_holds_the_variants_one_after_the_other(corpus, sp_tokenize
     pairs = corpus.train[:100]
     sampled = sample_pairs(pairs, sp_tokenizers, max_tokens=64, alpha=0.1, variants=3, seed=1)
     assert len(sampled) == 100 and sampled.variants == 3
-    assert int(sampled.context.nrows()) == int(sampled.target.nrows()) == 300
+    assert len(sampled.context) == len(sampled.target) == 300
     assert sampled.lengths.shape == (100,) and sampled.row_lengths.shape == (300,)
     assert [sampled.variant_offset(p) for p in range(4)] == [0, 100, 200, 0]
-    sources = sp_tokenizers.source.detokenize(sampled.context).numpy().tolist()
+    sources = sp_tokenizers.source.detokenize(sampled.context.to_ragged()).numpy().tolist()
     assert sources == [source.encode() for source, _ in pairs] * 3
     variants = [sampled.target[v * 100:(v + 1) * 100].to_list() for v in range(3)]
     assert variants[0] != variants[1] != variants[2]

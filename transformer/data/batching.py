@@ -2,8 +2,10 @@
 
 The tutorial's `make_batches` tokenizes inside the `tf.data` pipeline on every
 epoch and silently lets over-long sentences be cut without their `[END]`.
-Here the pairs are tokenized once, up front (`tokenize_pairs`), stored as
-compact ragged int32 arrays, and every epoch only shuffles, pads and slices:
+Here the pairs are tokenized once, up front (`tokenize_pairs`), in chunks on
+every core, into compact rows of ids (`transformer.data.token_rows`: in
+memory, or memory-mapped files for a corpus of millions of pairs), and every
+epoch only shuffles, pads and slices:
 
 - `context` is the source ids, `(batch, source_len)`;
 - `x` is the target without its last token, `(batch, target_len)`: the
@@ -25,12 +27,16 @@ tutorial. How many pairs were trimmed is logged and kept in
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import logging
 import math
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -43,6 +49,7 @@ from transformer._validation import (
 from transformer.constants import PAD_ID
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import SentencePieceTokenizer
+from transformer.data.token_rows import Rows, RowsWriter, ids_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +58,18 @@ _CHUNK = 8192  # sentences per tokenizer call
 
 @dataclasses.dataclass
 class TokenizedPairs:
-    """Sentence pairs tokenized once: ragged int32 ids, ready to batch many times.
+    """Sentence pairs tokenized once: rows of ids, ready to batch many times.
+
+    The rows are `transformer.data.token_rows.Rows`, in memory or
+    memory-mapped from a run's `tokens/` files, so a corpus of millions of
+    pairs costs a few bytes a pair in memory (`row_lengths`).
 
     Attributes:
-        context: source ids, `tf.RaggedTensor` int32 `(num_pairs, (tokens))`,
-            each row `[START] ... [END]`, at most `max_tokens` long.
-        target: target ids, `tf.RaggedTensor` int32 `(num_pairs, (tokens))`,
-            each row `[START] ... [END]`, at most `max_tokens + 1` long.
+        context: source ids, `Rows` `(num_pairs, (tokens))`, each row
+            `[START] ... [END]`, at most `max_tokens` long. A
+            `tf.RaggedTensor` given here is converted.
+        target: target ids, `Rows`, each row `[START] ... [END]`, at most
+            `max_tokens + 1` long.
         max_tokens: the limit the pairs were trimmed to.
         num_trimmed: pairs with either side trimmed.
         num_trimmed_source: pairs whose source was trimmed.
@@ -72,8 +84,8 @@ class TokenizedPairs:
             `1 + (p - sampled_from_pass) % (variants - 1)`.
     """
 
-    context: tf.RaggedTensor
-    target: tf.RaggedTensor
+    context: Rows
+    target: Rows
     max_tokens: int
     num_trimmed: int = 0
     num_trimmed_source: int = 0
@@ -81,16 +93,19 @@ class TokenizedPairs:
     variants: int = 1
     sampled_from_pass: int = 0
 
+    def __post_init__(self):
+        for name in ("context", "target"):
+            if not isinstance(getattr(self, name), Rows):
+                setattr(self, name, Rows.from_ragged(getattr(self, name)))
+
     def __len__(self) -> int:
-        return int(self.context.nrows()) // self.variants
+        return len(self.context) // self.variants
 
     @functools.cached_property
     def row_lengths(self) -> np.ndarray:
         """Every row's padded length in a batch (all variants): the longer of
         `context` and `x`."""
-        source = np.diff(self.context.row_splits.numpy())
-        target = np.diff(self.target.row_splits.numpy()) - 1  # x drops the last token
-        return np.maximum(source, target)
+        return np.maximum(self.context.lengths, self.target.lengths - 1)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -114,36 +129,107 @@ class TokenizedPairs:
         return tf.where(pass_index < start, tf.zeros_like(pass_index), after)
 
 
-def _trim_keep_end(rows: tf.RaggedTensor, limit: int) -> tuple[tf.RaggedTensor, np.ndarray]:
+def _trim_keep_end(rows: Rows, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Trims every row to `limit` tokens, keeping its last token (`[END]`).
 
-    Returns the trimmed int32 rows and a boolean array marking trimmed rows.
+    Returns the trimmed rows' ids and lengths, and a boolean array marking
+    trimmed rows.
     """
-    values = rows.flat_values.numpy()
-    splits = rows.row_splits.numpy()
-    lengths = np.diff(splits)
+    values = np.asarray(rows.values[rows.splits[0] : rows.splits[-1]])
+    lengths = rows.lengths
     trimmed = lengths > limit
     if not trimmed.any():
-        return tf.RaggedTensor.from_row_splits(values.astype(np.int32), splits), trimmed
+        return values, lengths, trimmed
     # Position of every token in its row, and whether it is its row's last.
-    positions = np.arange(len(values)) - np.repeat(splits[:-1], lengths)
+    positions = np.arange(len(values)) - np.repeat(rows.splits[:-1] - rows.splits[0], lengths)
     is_last = positions == np.repeat(lengths - 1, lengths)
     keep = (positions < limit - 1) | is_last
-    new_lengths = np.minimum(lengths, limit)
-    new_splits = np.concatenate([[0], np.cumsum(new_lengths)])
-    return tf.RaggedTensor.from_row_splits(values[keep].astype(np.int32), new_splits), trimmed
+    return values[keep], np.minimum(lengths, limit), trimmed
 
 
-def tokenize_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int) -> TokenizedPairs:
+def chunks(items: Iterable, size: int = _CHUNK) -> Iterator[list]:
+    """`items` (any iterable: a list, or pairs streamed from a file) in lists of `size`."""
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _in_order(function, items: Iterable, workers: int) -> Iterator:
+    """`function(item)` for every item, in order, computed by `workers` threads
+    with at most `2 * workers` items in flight (TensorFlow's tokenizers release
+    the GIL, so the cores tokenize side by side)."""
+    if workers <= 1:
+        yield from map(function, items)
+        return
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        pending = collections.deque()
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+class _TrimmedWriter:
+    """Writes framed rows of both sides, trimmed to `max_tokens` (and the target
+    to `max_tokens + 1`), counting the trims; `finish` makes the `TokenizedPairs`."""
+
+    def __init__(self, tokenizers, max_tokens: int, directory=None, prefix: str = ""):
+        check_max_tokens(max_tokens)
+        vocab = max(int(tokenizers.source.get_vocab_size()),
+                    int(tokenizers.target.get_vocab_size()))
+        self.max_tokens = max_tokens
+        self.sides = [RowsWriter(ids_dtype(vocab), directory, prefix + side)
+                      for side in ("source", "target")]
+        self.trimmed = [0, 0, 0]  # either, source, target
+
+    def append(self, context: Rows, target: Rows) -> None:
+        marks = []
+        for writer, rows, limit in zip(self.sides, (context, target),
+                                       (self.max_tokens, self.max_tokens + 1), strict=True):
+            values, lengths, trimmed = _trim_keep_end(rows, limit)
+            writer.append(values, lengths)
+            marks.append(trimmed)
+        self.trimmed = [a + int(np.count_nonzero(b)) for a, b in
+                        zip(self.trimmed, (marks[0] | marks[1], *marks), strict=True)]
+
+    def finish(self, variants: int = 1) -> TokenizedPairs:
+        rows = self.sides[0].rows
+        if rows == 0:
+            raise DataError("Cannot make batches from an empty list of sentence pairs.")
+        either, source, target = self.trimmed
+        if either:
+            logger.warning(
+                "Trimmed %d of %d pairs to max_tokens=%d (%d sources, %d targets); each "
+                "keeps its [END] token.", either, rows, self.max_tokens, source, target)
+        context, target_rows = (writer.finish() for writer in self.sides)
+        return TokenizedPairs(context=context, target=target_rows, max_tokens=self.max_tokens,
+                              num_trimmed=either, num_trimmed_source=source,
+                              num_trimmed_target=target, variants=variants)
+
+
+def tokenize_pairs(pairs: Iterable[Pair], tokenizers, max_tokens: int,
+                   directory=None) -> TokenizedPairs:
     """Tokenizes sentence pairs once, trimming over-long ones and keeping `[END]`.
 
+    The pairs are read in chunks of `_CHUNK` and tokenized on every core, so
+    memory holds a few chunks of text at a time, whatever the corpus size.
+
     Args:
-        pairs: `(source, target)` string pairs.
+        pairs: `(source, target)` string pairs: a list, or any iterable
+            (pairs streamed from a file).
         tokenizers: an object with `.source` and `.target` tokenizers (built by
             `build_tokenizers` or reloaded by `load_tokenizers`).
         max_tokens: the longest source; targets may have `max_tokens + 1`
             tokens so that `x` and `labels` have at most `max_tokens`. At
             least 2 (`[START]` and `[END]`).
+        directory: write the ids there (`source.ids`, `source.splits`,
+            `target.ids`, `target.splits`) and memory-map them; in memory if None.
 
     Returns:
         A `TokenizedPairs`.
@@ -155,36 +241,36 @@ def tokenize_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int) -> Tokeni
     tokenized.num_trimmed  # 0 for the toy corpus
     ```
     """
-    check_max_tokens(max_tokens)
-    if len(pairs) == 0:
-        raise DataError("Cannot make batches from an empty list of sentence pairs.")
-    sources, targets = [], []
-    for start in range(0, len(pairs), _CHUNK):
-        chunk = pairs[start : start + _CHUNK]
-        sources.append(tokenizers.source.tokenize(tf.constant([s for s, _ in chunk])))
-        targets.append(tokenizers.target.tokenize(tf.constant([t for _, t in chunk])))
-    return _trimmed(tf.concat(sources, axis=0), tf.concat(targets, axis=0), max_tokens,
-                    len(pairs))
+    writer = _TrimmedWriter(tokenizers, max_tokens, directory)
+
+    def tokenize(chunk):
+        return (Rows.from_ragged(tokenizers.source.tokenize(tf.constant([s for s, _ in chunk]))),
+                Rows.from_ragged(tokenizers.target.tokenize(tf.constant([t for _, t in chunk]))))
+
+    for context, target in _in_order(tokenize, chunks(pairs), _workers()):
+        writer.append(context, target)
+    return writer.finish()
 
 
-def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: float,
+def sample_pairs(pairs: Iterable[Pair], tokenizers, max_tokens: int, alpha: float,
                  variants: int, seed: int = 0, from_pass: int = 0,
-                 best: TokenizedPairs | None = None) -> TokenizedPairs:
+                 best: TokenizedPairs | None = None, directory=None) -> TokenizedPairs:
     """Tokenizes sentence pairs `variants` times, each segmentation drawn at
     random: subword regularisation (Kudo, 2018), for training batches.
 
     Both sides of every pair are split by `SentencePieceTokenizer.sample`
-    with sharpness `alpha`, a new draw for each variant (seeded by `seed`
-    and the variant), and trimmed as `tokenize_pairs` trims. The passes of
-    `budget_batches_from_tokens` and `fixed_batches_from_tokens` read the
-    variants in turn, so a pair is seen split a new way on each of
-    `variants` passes. With `from_pass` > 0 the first `from_pass` passes
-    read the best split (`tokenize_pairs`'s, or `best`) and the draws come
-    after them. Evaluation and translation keep `tokenize`'s one best
-    segmentation.
+    with sharpness `alpha`, a new draw for each variant and chunk of pairs
+    (seeded by `seed`, the variant and the chunk), and trimmed as
+    `tokenize_pairs` trims. The passes of `budget_batches_from_tokens` and
+    `fixed_batches_from_tokens` read the variants in turn, so a pair is seen
+    split a new way on each of `variants` passes. With `from_pass` > 0 the
+    first `from_pass` passes read the best split (`tokenize_pairs`'s, or
+    `best`) and the draws come after them. Evaluation and translation keep
+    `tokenize`'s one best segmentation.
 
     Args:
-        pairs: `(source, target)` string pairs.
+        pairs: `(source, target)` string pairs: a list, or any iterable that
+            can be read `variants` times (pairs streamed from a file).
         tokenizers: `.source` and `.target` SentencePiece tokenizers.
         max_tokens: as for `tokenize_pairs`.
         alpha: the sharpness of the draws, > 0; smaller draws odder splits.
@@ -193,9 +279,12 @@ def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: floa
         from_pass: the first pass that reads a drawn segmentation.
         best: the pairs as `tokenize_pairs` splits them, if at hand (with
             `from_pass` > 0; made here if None).
+        directory: write the rows there (`sampled.source.ids`, ...) and
+            memory-map them; in memory if None.
 
     Returns:
-        A `TokenizedPairs` whose rows hold `variants` segmentations of the pairs.
+        A `TokenizedPairs` whose rows hold `variants` segmentations of the
+        pairs (after the best split, with `from_pass` > 0).
 
     Raises:
         DataError: for an empty list of pairs.
@@ -204,30 +293,31 @@ def sample_pairs(pairs: Sequence[Pair], tokenizers, max_tokens: int, alpha: floa
     check_max_tokens(max_tokens)
     check_positive_int("variants", variants)
     check_non_negative_int("from_pass", from_pass)
-    if len(pairs) == 0:
-        raise DataError("Cannot make batches from an empty list of sentence pairs.")
     started = time.perf_counter()
     source_side, target_side = (_sampler(side) for side in (tokenizers.source,
                                                             tokenizers.target))
-    sources = [s for s, _ in pairs]
-    targets = [t for _, t in pairs]
-    draws = np.random.SeedSequence([seed]).generate_state(2 * variants)
-    context = tf.concat([source_side.sample(sources, alpha, draws[2 * v])
-                         for v in range(variants)], axis=0)
-    target = tf.concat([target_side.sample(targets, alpha, draws[2 * v + 1])
-                        for v in range(variants)], axis=0)
-    sampled = _trimmed(context, target, max_tokens, len(pairs), variants)
+    writer = _TrimmedWriter(tokenizers, max_tokens, directory, prefix="sampled.")
+    if from_pass:
+        if best is None:
+            best = tokenize_pairs(pairs, tokenizers, max_tokens)
+        for start in range(0, len(best), _CHUNK):  # the best split first, chunk by chunk
+            rows = slice(start, min(start + _CHUNK, len(best)))
+            writer.append(best.context[rows], best.target[rows])
+    for variant in range(variants):
+        for index, chunk in enumerate(chunks(pairs)):
+            source_seed, target_seed = np.random.SeedSequence(
+                [seed, variant, index]).generate_state(2)
+            writer.append(
+                Rows.from_ragged(source_side.sample([s for s, _ in chunk], alpha, source_seed)),
+                Rows.from_ragged(target_side.sample([t for _, t in chunk], alpha, target_seed)))
+    sampled = writer.finish(variants + 1 if from_pass else variants)
+    if from_pass:
+        sampled.sampled_from_pass = from_pass
     logger.info("Drew %d segmentations of every training pair (alpha %g) in %.1f s, %.2f "
                 "tokens a pair, for the passes from pass %d on.", variants, alpha,
-                time.perf_counter() - started, sampled.row_lengths.mean(), from_pass + 1)
-    if not from_pass:
-        return sampled
-    if best is None:
-        best = tokenize_pairs(pairs, tokenizers, max_tokens)
-    return dataclasses.replace(
-        sampled, variants=variants + 1, sampled_from_pass=from_pass,
-        context=tf.concat([best.context, sampled.context], axis=0),
-        target=tf.concat([best.target, sampled.target], axis=0))
+                time.perf_counter() - started, sampled.row_lengths[-len(sampled):].mean(),
+                from_pass + 1)
+    return sampled
 
 
 def _sampler(tokenizer):
@@ -239,32 +329,6 @@ def _sampler(tokenizer):
         raise ValueError("Subword sampling needs SentencePiece tokenizers, not WordPiece ones.")
     return SentencePieceTokenizer(tokenizer.get_model_path().numpy().decode(),
                                   tokenizer.get_vocab_path().numpy().decode())
-
-
-def _trimmed(context, target, max_tokens: int, num_pairs: int, variants: int = 1):
-    """`TokenizedPairs` of framed rows trimmed to `max_tokens`, with the trims logged."""
-    context, trimmed_source = _trim_keep_end(context, max_tokens)
-    target, trimmed_target = _trim_keep_end(target, max_tokens + 1)
-    either = int(np.count_nonzero(trimmed_source | trimmed_target))
-    if either:
-        logger.warning(
-            "Trimmed %d of %d pairs to max_tokens=%d (%d sources, %d targets); each keeps "
-            "its [END] token.",
-            either,
-            num_pairs * variants,
-            max_tokens,
-            int(trimmed_source.sum()),
-            int(trimmed_target.sum()),
-        )
-    return TokenizedPairs(
-        context=context,
-        target=target,
-        max_tokens=max_tokens,
-        num_trimmed=either,
-        num_trimmed_source=int(trimmed_source.sum()),
-        num_trimmed_target=int(trimmed_target.sum()),
-        variants=variants,
-    )
 
 
 def batches_from_tokens(
@@ -300,7 +364,7 @@ def batches_from_tokens(
 
 
 def fixed_batches_from_tokens(tokenized: TokenizedPairs, batch_size: int,
-                              seed: int = 0) -> tf.data.Dataset:
+                              seed: int = 0, start_step: int = 0) -> tf.data.Dataset:
     """An endless stream of `((context, x), labels)` batches of `batch_size` pairs.
 
     Pass after pass over the pairs, each cut into batches of `batch_size` (the
@@ -317,11 +381,14 @@ def fixed_batches_from_tokens(tokenized: TokenizedPairs, batch_size: int,
         tokenized: the output of `tokenize_pairs`.
         batch_size: pairs per batch.
         seed: the seed of every pass's order.
+        start_step: the first batch of the stream (a resumed run's step); the
+            batches before it are skipped as indices, never gathered.
 
     Returns:
         A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
     """
     check_positive_int("batch_size", batch_size)
+    check_non_negative_int("start_step", start_step)
     n = len(tokenized)
     seed = tf.constant(seed, tf.int64)
 
@@ -332,30 +399,48 @@ def fixed_batches_from_tokens(tokenized: TokenizedPairs, batch_size: int,
         order += tokenized._variant(pass_index) * n  # this pass's segmentation
         return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
 
-    return _padded(tf.data.Dataset.counter().flat_map(one_pass), tokenized)
+    first_pass, skip = divmod(start_step, math.ceil(n / batch_size))
+    passes = tf.data.Dataset.counter(start=first_pass).flat_map(one_pass)
+    return _padded(passes.skip(skip), tokenized)
 
 
-def _padded(indices: tf.data.Dataset, tokenized: TokenizedPairs) -> tf.data.Dataset:
-    """The prefetched, padded batches of a dataset of index batches."""
-    gather = functools.partial(_gather, tokenized.context, tokenized.target)
-    dataset = indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+def _padded(indices: tf.data.Dataset, tokenized: TokenizedPairs, batch_tokens: int = 0,
+            length_step: int = 1) -> tf.data.Dataset:
+    """The prefetched, padded `((context, x), labels)` batches of a dataset of
+    index batches, gathered from the rows (`_gather`) in NumPy."""
+
+    def gather(indices):
+        return _gather(tokenized, indices, batch_tokens, length_step)
+
+    def batch(indices):
+        context, target = tf.numpy_function(gather, [indices], [tf.int64, tf.int64],
+                                            stateful=False)
+        context.set_shape([None, None])  # (batch, src)
+        target.set_shape([None, None])  # (batch, tgt)
+        x = target[:, :-1]  # (batch, tgt - 1): [START] w1 ... wk (pad)
+        labels = target[:, 1:]  # (batch, tgt - 1): w1 ... wk [END] (pad)
+        return (context, x), labels
+
+    dataset = indices.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _gather(context_rows, target_rows, indices, context_shape=None, target_shape=None):
-    """The padded `((context, x), labels)` batch of the pairs `indices`: each side
-    padded to its longest row, or to the given shapes."""
-    context = tf.gather(context_rows, indices).to_tensor(
-        default_value=PAD_ID, shape=context_shape
-    )  # (batch, src)
-    target = tf.gather(target_rows, indices).to_tensor(
-        default_value=PAD_ID, shape=target_shape
-    )  # (batch, tgt)
-    context = tf.cast(context, tf.int64)
-    target = tf.cast(target, tf.int64)
-    x = target[:, :-1]  # (batch, tgt - 1): [START] w1 ... wk (pad)
-    labels = target[:, 1:]  # (batch, tgt - 1): w1 ... wk [END] (pad)
-    return (context, x), labels
+def _gather(tokenized: TokenizedPairs, indices: np.ndarray, batch_tokens: int = 0,
+            length_step: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The padded source and target ids of the pairs `indices`, int64.
+
+    Each side is padded to its longest row; with `length_step` > 1 both are
+    padded to the batch's width (its longest pair rounded up to a multiple of
+    `length_step`) and filled to `batch_tokens // width` rows with padding.
+    """
+    if length_step == 1:
+        return tokenized.context.padded(indices), tokenized.target.padded(indices)
+    longest = int(tokenized.row_lengths[indices].max())
+    width = -(-longest // length_step) * length_step
+    rows = max(batch_tokens // width, len(indices))
+    # The target has one more token: x and labels are each `width` long.
+    return (tokenized.context.padded(indices, (rows, width)),
+            tokenized.target.padded(indices, (rows, width + 1)))
 
 
 def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
@@ -393,10 +478,11 @@ def token_budget_batches(lengths, batch_tokens: int, seed: int, pass_index: int,
     for start in range(0, len(order), pool_size):
         pool = order[start : start + pool_size]
         pool = pool[np.argsort(lengths[pool], kind="stable")]
+        pool_lengths = lengths[pool].tolist()  # Python ints: the loop below is per pair
         # Sorted ascending, so a batch's longest pair is its last one.
         first = 0
         for i in range(1, len(pool) + 1):
-            if i == len(pool) or lengths[pool[i]] * (i + 1 - first) > batch_tokens:
+            if i == len(pool) or pool_lengths[i] * (i + 1 - first) > batch_tokens:
                 batches.append(pool[first:i])
                 first = i
     rng.shuffle(batches)
@@ -416,7 +502,8 @@ def padded_width(lengths, length_step: int):
 
 
 def budget_batches_from_tokens(
-    tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0, length_step: int = 1
+    tokenized: TokenizedPairs, batch_tokens: int, seed: int = 0, length_step: int = 1,
+    start_step: int = 0,
 ) -> tf.data.Dataset:
     """An endless stream of `((context, x), labels)` batches under a token budget.
 
@@ -438,47 +525,32 @@ def budget_batches_from_tokens(
         seed: the seed of every pass's order.
         length_step: pad lengths to a multiple of this; 1 pads each side to its
             longest sequence and keeps the pairs the budget allows.
+        start_step: the first batch of the stream (a resumed run's step): the
+            passes before it are only counted, and no skipped batch is gathered.
 
     Returns:
         A prefetched, repeating `tf.data.Dataset` like `batches_from_tokens`'s.
     """
     check_positive_int("batch_tokens", batch_tokens)
+    check_non_negative_int("start_step", start_step)
     lengths = tokenized.row_lengths  # every variant's
     n = len(tokenized)
 
     def indices():
-        pass_index = 0
+        pass_index, skip = 0, start_step
         while True:
             offset = tokenized.variant_offset(pass_index)
-            for batch in token_budget_batches(
-                lengths[offset : offset + n], batch_tokens, seed, pass_index,
-                length_step=length_step,
-            ):
+            batches = token_budget_batches(lengths[offset : offset + n], batch_tokens, seed,
+                                           pass_index, length_step=length_step)
+            for batch in batches[skip:]:
                 yield batch + offset
+            skip = max(0, skip - len(batches))
             pass_index += 1
 
     dataset = tf.data.Dataset.from_generator(
         indices, output_signature=tf.TensorSpec([None], tf.int64)
     )
-    if length_step == 1:
-        return _padded(dataset, tokenized)
-    gather = functools.partial(
-        _gather_fixed_shape, tokenized.context, tokenized.target,
-        tf.constant(lengths, tf.int64), batch_tokens, length_step,
-    )
-    return dataset.map(
-        gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
-    ).prefetch(tf.data.AUTOTUNE)
-
-
-def _gather_fixed_shape(context_rows, target_rows, lengths, batch_tokens, length_step, indices):
-    """`_gather`'s batch, padded to `(batch_tokens // width, width)` on both sides."""
-    longest = tf.reduce_max(tf.gather(lengths, indices))
-    width = (longest + length_step - 1) // length_step * length_step
-    rows = tf.maximum(tf.cast(batch_tokens, tf.int64) // width, tf.size(indices, tf.int64))
-    # The target has one more token: x and labels are each `width` long.
-    return _gather(context_rows, target_rows, indices,
-                   tf.stack([rows, width]), tf.stack([rows, width + 1]))
+    return _padded(dataset, tokenized, batch_tokens, length_step)
 
 
 def batches_per_pass(tokenized: TokenizedPairs, batch_tokens: int, *, batch_size: int = 0,

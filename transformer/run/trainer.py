@@ -553,11 +553,9 @@ def _train_stream(tokens: TokenizedPairs, batch_tokens: int, batch_size: int, se
     the stream is the same however often it is built or iterated.
     """
     if batch_tokens:
-        stream = budget_batches_from_tokens(tokens, batch_tokens, seed)
+        stream = budget_batches_from_tokens(tokens, batch_tokens, seed, start_step=start_step)
     else:
-        stream = fixed_batches_from_tokens(tokens, batch_size, seed)
-    if start_step:
-        stream = stream.skip(start_step)
+        stream = fixed_batches_from_tokens(tokens, batch_size, seed, start_step=start_step)
     return stream.with_options(_sharding_options())
 
 
