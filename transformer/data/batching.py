@@ -46,7 +46,6 @@ from transformer._validation import (
     check_non_negative_int,
     check_positive_int,
 )
-from transformer.constants import PAD_ID
 from transformer.data.corpus import DataError, Pair
 from transformer.data.sentencepiece import SentencePieceTokenizer
 from transformer.data.token_rows import Rows, RowsWriter, ids_dtype
