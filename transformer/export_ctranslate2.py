@@ -94,7 +94,6 @@ from transformer.ctranslate2_translator import (
     ctranslate2_module,
     write_run_export,
 )
-from transformer.data.batching import tokenize_pairs
 from transformer.data.loading import training_corpus
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
 from transformer.decoding import load_run
@@ -102,6 +101,7 @@ from transformer.model import TiedOutputProjection
 from transformer.run.config_format import read_config
 from transformer.run.fingerprint import FINGERPRINT_KEY, data_fingerprint
 from transformer.run.sampling import drawn_pairs
+from transformer.run.token_files import training_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +263,10 @@ def source_tokens(tokenizer, sentences) -> list[list[str]]:
     return [[token.decode("utf-8") for token in row[1:-1]] for row in rows]
 
 
+# Target ids counted at a time for the vocabulary map.
+_IDS_AT_ONCE = 1 << 24
+
+
 def write_vocabulary_map(output_dir, pieces) -> Path | None:
     """Writes CTranslate2's vocabulary map (`vmap.txt`) making `pieces` the
     candidates of every sentence (CTranslate2 adds `[UNK]`, `[START]` and
@@ -282,25 +286,28 @@ def write_vocabulary_map(output_dir, pieces) -> Path | None:
 
 def training_target_pieces(run_dir, tokenizers) -> list[str] | None:
     """The target pieces a run was trained on, in id order, the reserved tokens
-    left out: its training pairs read and tokenized again as training did
-    (trimmed, with the segmentations it drew, `rundir.SAMPLING_FILE`). None,
-    with a warning, when they cannot be read or are not the data the run was
-    trained on (the data fingerprint of its `config.json`, which it must have)."""
+    left out: read from the ids of its `tokens/` files (trimmed, with the
+    segmentations it drew, `rundir.SAMPLING_FILE`), or tokenized into them as
+    training did when they are missing. None, with a warning, when its data
+    cannot be read or are not the data the run was trained on (the data
+    fingerprint of its `config.json`, which it must have)."""
     run_dir = Path(run_dir)
     try:
         config, record = read_config(run_dir)
         saved = record.get(FINGERPRINT_KEY)
         if saved is None:
             raise ValueError(f"its {rundir.CONFIG_FILE} has no data fingerprint to check them")
-        corpus = training_corpus(config, download=False)
+        tokens_dir = run_dir / rundir.TOKENS_DIR
+        corpus = training_corpus(config, download=False, record_dir=tokens_dir)
         if saved != data_fingerprint(config, corpus):
             raise ValueError("they differ from the data the run was trained on "
                              f"({FINGERPRINT_KEY} in its {rundir.CONFIG_FILE})")
-        tokens = tokenize_pairs(corpus.train, tokenizers, config.resolved_max_tokens)
+        tokens = training_tokens(tokens_dir, corpus.train, tokenizers,
+                                 config.resolved_max_tokens, saved)
         plan = run_dir / rundir.SAMPLING_FILE
         if plan.is_file():
             tokens = drawn_pairs(config, corpus.train, tokenizers, tokens,
-                                 rundir.read_json(plan))
+                                 rundir.read_json(plan), tokens_dir, saved)
     except Exception as err:  # noqa: BLE001 - the map only speeds decoding up; say why not
         logger.warning("Exporting %s without a vocabulary map, which only makes decoding "
                        "faster: could not read the run's training pairs (%s). Export again "
@@ -309,7 +316,9 @@ def training_target_pieces(run_dir, tokenizers) -> list[str] | None:
                        type(err).__name__)
         return None
     used = np.zeros(int(tokenizers.target.get_vocab_size()), bool)
-    used[np.unique(tokens.target.flat_values.numpy())] = True
+    ids = tokens.target.values
+    for start in range(0, len(ids), _IDS_AT_ONCE):  # memory-mapped: a slice at a time
+        used |= np.bincount(ids[start : start + _IDS_AT_ONCE], minlength=len(used)) > 0
     used[: len(RESERVED_TOKENS)] = False
     names = vocabulary(tokenizers.target)
     return [names[i] for i in np.flatnonzero(used)]

@@ -46,6 +46,9 @@ LOGS_DIR = "logs"
 EXPORT_DIR = "export"
 PROGRESS_FILE = "progress.json"
 SAMPLING_FILE = "sampling.json"
+# The training pairs tokenized once, memory-mapped (`transformer.run.token_files`),
+# and the record of the corpus's scan (`transformer.data.streamed`).
+TOKENS_DIR = "tokens"
 # The suffix of files being written (`replace_atomically`).
 TMP_SUFFIX = ".tmp"
 
@@ -180,7 +183,7 @@ def prepare_run_dir(run_dir, resume: bool, chief: bool) -> bool:
         return False
     ours = {
         TOKENIZERS_DIR, CHECKPOINTS_DIR, LOGS_DIR, METRICS_CSV,
-        PROGRESS_FILE, SAMPLING_FILE,
+        PROGRESS_FILE, SAMPLING_FILE, TOKENS_DIR,
     }
     if chief and (has_config or all(name in ours or is_temporary(name) for name in files)):
         remove_leftovers(run_dir)  # only in a directory of ours

@@ -44,6 +44,13 @@ class Corpus:
         skipped_lines: how many malformed lines were skipped while reading
             (only non-zero for TSV files read with `skip_bad_lines=True`).
         version: the dataset's version (TFDS datasets), or "".
+        vocab_pairs: the pairs to learn the vocabulary from, a seeded sample
+            of `train` (`transformer.data.splits.Reservoir`); None: `train`.
+        file_sha256: the SHA-256 of each file read (path -> hex digest),
+            computed in the pass that read it, for the run's fingerprint.
+
+    `train` may be any sized iterable of pairs: a list, or pairs streamed
+    from a file (`transformer.data.streamed`); `valid` and `test` are lists.
 
     Example:
 
@@ -58,6 +65,12 @@ class Corpus:
     name: str = ""
     skipped_lines: int = 0
     version: str = ""
+    vocab_pairs: list[Pair] | None = None
+    file_sha256: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def pairs_for_vocabulary(self):
+        """The pairs to learn the vocabulary from: `vocab_pairs`, else `train`."""
+        return self.train if self.vocab_pairs is None else self.vocab_pairs
 
     def sizes(self) -> dict[str, int]:
         """Returns the number of pairs in each split, as `{"train": n, ...}`."""

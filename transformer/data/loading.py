@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from transformer.data.corpus import Corpus, DataError
+from transformer.data.splits import Reservoir
+from transformer.data.streamed import stream_tsv_corpus
 from transformer.data.tfds_ted import load_ted_hrlr
 from transformer.data.toy import generate_toy_corpus
 from transformer.data.tsv import load_tsv_corpus
@@ -88,23 +90,32 @@ def load_corpus(
     )
 
 
-def training_corpus(config, download=None) -> Corpus:
-    """The corpus a run's config names: its dataset or TSV files, columns and seed.
+def training_corpus(config, download=None, record_dir=None) -> Corpus:
+    """The corpus a run's config names: its dataset or TSV files, columns, seed,
+    held-out limit (`max_held_out`) and vocabulary sample (`vocab_sample`).
 
     `config` is a `transformer.run.config.RunConfig` (or anything with its
-    fields); `download` overrides `config.download` (None keeps it). The
-    trainer reads its data with it, and the CTranslate2 export reads a run's
-    training targets again with it.
+    fields); `download` overrides `config.download` (None keeps it). A TSV
+    corpus is streamed (`transformer.data.streamed.stream_tsv_corpus`, its
+    scan recorded in `record_dir`), so that memory does not grow with it;
+    the toy and TFDS corpora are lists, sampled for the vocabulary the same way.
     """
-    return load_corpus(
+    if config.data is not None:
+        return stream_tsv_corpus(
+            config.data, config.valid, config.test, config.source_column,
+            config.target_column, config.skip_bad_lines, config.seed,
+            max_held_out=config.max_held_out, vocab_sample=config.vocab_sample,
+            record_dir=record_dir)
+    corpus = load_corpus(
         dataset=config.dataset,
-        data=config.data,
         valid=config.valid,
         test=config.test,
-        source_column=config.source_column,
-        target_column=config.target_column,
-        skip_bad_lines=config.skip_bad_lines,
         seed=config.seed,
         data_dir=config.tfds_data_dir,
         download=config.download if download is None else download,
     )
+    sample = Reservoir(config.vocab_sample, config.seed)
+    for pair in corpus.train:
+        sample.add(pair)
+    corpus.vocab_pairs = sample.items()
+    return corpus

@@ -116,6 +116,7 @@ def learn_sentencepiece_model(
     byte_fallback: bool = False,
     num_threads: int = 1,
     extra_options: dict | None = None,
+    grow_to_fit: bool = False,
 ) -> bytes:
     """Learns a SentencePiece model from text held in memory.
 
@@ -136,6 +137,10 @@ def learn_sentencepiece_model(
         byte_fallback: encode characters outside the vocabulary as bytes.
         num_threads: training threads; the model depends on this number.
         extra_options: more `SentencePieceTrainer.train` arguments.
+        grow_to_fit: when `vocab_size` cannot hold every required character
+            (a text in many scripts), learn that many pieces more than the
+            characters need, and log it, instead of raising: for a size the
+            user did not choose.
 
     Returns:
         The serialized `ModelProto`.
@@ -188,18 +193,26 @@ def learn_sentencepiece_model(
         )
         return model.getvalue()
 
-    if model_type == "bpe":
-        return _score_as_unigram(_learn_or_shrink(train, vocab_size, len(sentences)), sentences)
-    return _learn_or_shrink(train, vocab_size, len(sentences))
+    proto = _learn_or_shrink(train, vocab_size, len(sentences), grow_to_fit)
+    return _score_as_unigram(proto, sentences) if model_type == "bpe" else proto
 
 
-def _learn_or_shrink(train, vocab_size: int, num_sentences: int) -> bytes:
-    """`train(vocab_size)`, or the largest size the text allows when that is too many."""
+def _learn_or_shrink(train, vocab_size: int, num_sentences: int, grow_to_fit=False) -> bytes:
+    """`train(vocab_size)`, or the largest size the text allows when that is too
+    many; with `grow_to_fit`, `vocab_size` more than the characters need when
+    that is too few."""
     try:
         return train(vocab_size)
     except RuntimeError as error:
         too_high = _TOO_HIGH.search(str(error))
         too_low = _TOO_LOW.search(str(error))
+        if too_low and grow_to_fit:
+            needed = int(too_low.group(2))
+            logger.info(
+                "vocab_size=%d is too small for this text, whose characters alone need %d "
+                "pieces: learning %d pieces instead, %d more than the characters need.",
+                vocab_size, needed, needed + vocab_size, vocab_size)
+            return _learn_or_shrink(train, needed + vocab_size, num_sentences)
         if too_low:
             raise ValueError(
                 f"vocab_size={vocab_size} is too small for this text: it needs at least "

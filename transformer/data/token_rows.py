@@ -136,6 +136,8 @@ class RowsWriter:
             directory = Path(directory)
             directory.mkdir(parents=True, exist_ok=True)
             self._paths = (directory / f"{name}.ids", directory / f"{name}.splits")
+            for path in self._paths:  # a new file: rows mapped from the old one stay valid
+                path.unlink(missing_ok=True)
             self._files = [open(path, "wb") for path in self._paths]  # noqa: SIM115
             self._files[1].write(np.zeros(1, np.int64).tobytes())
 

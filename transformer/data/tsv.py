@@ -23,13 +23,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import random
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from transformer._validation import check_non_negative_int, check_rate
+import numpy as np
+
+from transformer._validation import check_non_negative_int
 from transformer.data.corpus import Corpus, DataError, Pair
+from transformer.data.splits import MAX_HELD_OUT, held_out_limits, split_key
 
 logger = logging.getLogger(__name__)
 
@@ -94,15 +96,17 @@ def _open_checked(path: Path):
     return handle
 
 
-def _raw_lines(handle) -> Iterator[bytes | None]:
+def _raw_lines(handle, digest=None) -> Iterator[bytes | None]:
     """The lines of a binary file without their ends (`\\n`, `\\r\\n` or `\\r`).
 
     A line longer than `MAX_LINE_BYTES` is yielded as None, and never held
-    in memory whole.
+    in memory whole. `digest`, a `hashlib` hash, is fed every chunk read.
     """
     pending, too_long = b"", False
     while True:
         chunk = handle.read(_READ_BYTES)
+        if digest is not None:
+            digest.update(chunk)
         data = pending + chunk
         # A CR that ends the chunk may be the first half of a CR LF: keep it.
         end = len(data) - 1 if chunk and data.endswith(b"\r") else len(data)
@@ -120,41 +124,29 @@ def _raw_lines(handle) -> Iterator[bytes | None]:
             too_long, pending = True, pending[-1:] if pending.endswith(b"\r") else b""
 
 
-def read_tsv_with_stats(
-    path,
-    source_column: int = 0,
-    target_column: int = 1,
-    skip_bad_lines: bool = False,
-) -> tuple[list[Pair], TsvStats]:
-    """Reads sentence pairs from a TSV file and says what it skipped.
+def iter_tsv(path, source_column: int = 0, target_column: int = 1,
+             skip_bad_lines: bool = False, stats: TsvStats | None = None,
+             digest=None) -> Iterator[Pair]:
+    """Streams the sentence pairs of a TSV file, one line at a time.
+
+    What `read_tsv_with_stats` reads, without holding the pairs: memory is
+    one chunk of the file, whatever its size. The checks that need the whole
+    file (empty, no pairs) are `check_tsv_read`'s, once the stream is over.
 
     Args:
-        path: the file, UTF-8 (a byte-order mark is allowed), one
-            `source<TAB>target` pair per line; `\\n`, `\\r\\n` or `\\r` line
-            ends, mixed or not.
+        path: the file (see `read_tsv_with_stats`).
         source_column: the column (from 0) holding the source sentence.
         target_column: the column (from 0) holding the target sentence.
-        skip_bad_lines: skip malformed lines (too few columns, an empty
-            sentence, invalid UTF-8, NUL bytes, over-long lines) instead of
-            raising; their number is logged and returned in the stats.
+        skip_bad_lines: skip malformed lines instead of raising.
+        stats: a `TsvStats` to fill (lines, pairs, blank and skipped lines).
+        digest: a `hashlib` hash that is fed every byte of the file, so that a
+            run fingerprints its data in the pass that reads it.
 
-    Returns:
-        `(pairs, stats)`: the `(source, target)` pairs, stripped of
-        surrounding whitespace, in file order, and a `TsvStats`.
+    Yields:
+        `(source, target)` pairs, stripped, in file order.
 
     Raises:
-        DataError: the file is missing, a directory, an archive, empty, holds
-            no pairs, or has a bad line (without `skip_bad_lines`). The
-            message is one line: ``corpus.tsv:17: expected at least 2
-            tab-separated columns, found 1``.
-
-    Example:
-
-    ```python
-    pairs, stats = read_tsv_with_stats("por.txt", source_column=1, target_column=0,
-                                       skip_bad_lines=True)
-    print(len(pairs), "pairs,", stats.skipped, "bad lines skipped")
-    ```
+        DataError: as `read_tsv_with_stats`.
     """
     for name, column in (("source_column", source_column), ("target_column", target_column)):
         check_non_negative_int(name, column, error=DataError, note=" (columns count from 0)")
@@ -165,9 +157,8 @@ def read_tsv_with_stats(
             f"target_column={target_column}"
         )
     path = Path(os.fspath(path))
-    stats = TsvStats(path=str(path))
+    stats = stats if stats is not None else TsvStats(path=str(path))
     needed = max(source_column, target_column) + 1
-    pairs: list[Pair] = []
 
     def bad(number: int, message: str) -> None:
         full = f"{path}:{number}: {message}"
@@ -179,8 +170,9 @@ def read_tsv_with_stats(
 
     with _open_checked(path) as handle:
         number = 0
-        for raw in _raw_lines(handle):
+        for raw in _raw_lines(handle, digest):
             number += 1
+            stats.lines = number
             if raw is None:
                 bad(number, f"line longer than {MAX_LINE_BYTES:,} bytes; is this a text corpus?")
                 continue
@@ -215,12 +207,17 @@ def read_tsv_with_stats(
                 column = source_column if not source else target_column
                 bad(number, f"empty {side} sentence (column {column})")
                 continue
-            pairs.append((source, target))
-        stats.lines = number
-    stats.pairs = len(pairs)
+            stats.pairs += 1
+            yield source, target
+
+
+def check_tsv_read(stats: TsvStats) -> None:
+    """The checks of a whole file read by `iter_tsv`: a DataError for an empty
+    file or one without pairs; a warning naming the skipped lines."""
+    path = stats.path
     if stats.lines == 0:
         raise DataError(f"{path}: file is empty; expected lines of source<TAB>target.")
-    if not pairs:
+    if not stats.pairs:
         if stats.skipped:
             raise DataError(
                 f"{path}: no valid sentence pairs; all {stats.skipped} non-blank lines are bad "
@@ -231,7 +228,50 @@ def read_tsv_with_stats(
         logger.warning(
             "Skipped %d bad line(s) of %s (first: %s).", stats.skipped, path, stats.first_bad_line
         )
-    logger.info("Read %d pairs from %s.", len(pairs), path)
+    logger.info("Read %d pairs from %s.", stats.pairs, path)
+
+
+def read_tsv_with_stats(
+    path,
+    source_column: int = 0,
+    target_column: int = 1,
+    skip_bad_lines: bool = False,
+    digest=None,
+) -> tuple[list[Pair], TsvStats]:
+    """Reads sentence pairs from a TSV file and says what it skipped.
+
+    Args:
+        path: the file, UTF-8 (a byte-order mark is allowed), one
+            `source<TAB>target` pair per line; `\\n`, `\\r\\n` or `\\r` line
+            ends, mixed or not.
+        source_column: the column (from 0) holding the source sentence.
+        target_column: the column (from 0) holding the target sentence.
+        skip_bad_lines: skip malformed lines (too few columns, an empty
+            sentence, invalid UTF-8, NUL bytes, over-long lines) instead of
+            raising; their number is logged and returned in the stats.
+        digest: a `hashlib` hash fed every byte of the file (see `iter_tsv`).
+
+    Returns:
+        `(pairs, stats)`: the `(source, target)` pairs, stripped of
+        surrounding whitespace, in file order, and a `TsvStats`.
+
+    Raises:
+        DataError: the file is missing, a directory, an archive, empty, holds
+            no pairs, or has a bad line (without `skip_bad_lines`). The
+            message is one line: ``corpus.tsv:17: expected at least 2
+            tab-separated columns, found 1``.
+
+    Example:
+
+    ```python
+    pairs, stats = read_tsv_with_stats("por.txt", source_column=1, target_column=0,
+                                       skip_bad_lines=True)
+    print(len(pairs), "pairs,", stats.skipped, "bad lines skipped")
+    ```
+    """
+    stats = TsvStats(path=str(Path(os.fspath(path))))
+    pairs = list(iter_tsv(path, source_column, target_column, skip_bad_lines, stats, digest))
+    check_tsv_read(stats)
     return pairs, stats
 
 
@@ -306,20 +346,25 @@ def split_pairs(
     valid_fraction: float = 0.05,
     test_fraction: float = 0.05,
     seed: int = 0,
+    max_held_out: int = MAX_HELD_OUT,
 ) -> Corpus:
     """Splits pairs into training, validation and test sets, deterministically.
 
     Pairs are grouped by source sentence, and a group is never split, so a
     source sentence with several translations (common in Tatoeba) never shows
-    up in two splits. The groups are shuffled with `seed`; the validation and
-    test splits get `round(fraction * number of groups)` groups each, at least
-    one when the fraction is positive.
+    up in two splits. Each split gets `round(fraction * distinct source
+    sentences)` of them, at least one when the fraction is positive and at
+    most `max_held_out`, chosen by a seeded hash of the sentence
+    (`transformer.data.splits`): the same pairs and seed give the same split,
+    and a file streamed by `transformer.data.streamed` splits the same way.
 
     Args:
         pairs: `(source, target)` pairs.
         valid_fraction: share of source sentences for validation, in [0, 1).
         test_fraction: share of source sentences for the test, in [0, 1).
-        seed: the shuffle seed; the same pairs and seed give the same split.
+        seed: the seed of the hash.
+        max_held_out: the most source sentences of each held-out split; 0
+            for no limit.
 
     Returns:
         A `Corpus`. Within each split, pairs keep their order in `pairs`.
@@ -330,30 +375,11 @@ def split_pairs(
     >>> corpus.sizes()
     {'train': 80, 'valid': 10, 'test': 10}
     """
-    check_rate("valid_fraction", valid_fraction, error=DataError)
-    check_rate("test_fraction", test_fraction, error=DataError)
-    if valid_fraction + test_fraction >= 1:
-        raise DataError(
-            "Received invalid values for arguments `valid_fraction` and `test_fraction`, "
-            f"expected a sum below 1. Received: valid_fraction={valid_fraction}, "
-            f"test_fraction={test_fraction}"
-        )
-    sources = list(dict.fromkeys(source for source, _ in pairs))
-    n = len(sources)
-    n_valid = max(1, round(valid_fraction * n)) if valid_fraction > 0 else 0
-    n_test = max(1, round(test_fraction * n)) if test_fraction > 0 else 0
-    if n_valid + n_test >= n:
-        raise DataError(
-            f"Cannot split {len(pairs)} pairs ({n} distinct source sentences) into "
-            f"{n_valid} validation and {n_test} test sentences and keep any for training; "
-            "give more pairs or smaller fractions."
-        )
-    random.Random(seed).shuffle(sources)
-    split_of = {source: "test" for source in sources[:n_test]}
-    split_of.update({source: "valid" for source in sources[n_test : n_test + n_valid]})
+    keys = np.fromiter((split_key(source, seed) for source, _ in pairs), np.uint64, len(pairs))
+    limits = held_out_limits(keys, valid_fraction, test_fraction, max_held_out)
     corpus = Corpus(train=[], valid=[], test=[])
-    for pair in pairs:
-        getattr(corpus, split_of.get(pair[0], "train")).append(pair)
+    for key, pair in zip(keys.tolist(), pairs, strict=True):
+        getattr(corpus, limits.split_of(key)).append(pair)
     return corpus
 
 
@@ -367,12 +393,15 @@ def load_tsv_corpus(
     seed: int = 0,
     valid_fraction: float = 0.05,
     test_fraction: float = 0.05,
+    max_held_out: int = MAX_HELD_OUT,
 ) -> Corpus:
-    """Loads a corpus from TSV files, splitting off what is not given.
+    """Loads a corpus from TSV files into memory, splitting off what is not given.
 
     With only `train_path`, validation and test pairs are split from it by
     `split_pairs`. With `valid_path` but no `test_path`, only a test split is
-    taken from the training file, and the other way round.
+    taken from the training file, and the other way round. A corpus too large
+    for memory is read by `transformer.data.streamed.stream_tsv_corpus`,
+    which splits it the same way.
 
     Args:
         train_path: the TSV file of training pairs (or of all pairs).
@@ -384,6 +413,7 @@ def load_tsv_corpus(
         seed: the seed of the split.
         valid_fraction: share of source sentences split off for validation.
         test_fraction: share of source sentences split off for the test.
+        max_held_out: the most source sentences of each split taken off.
 
     Returns:
         A `Corpus` named after `train_path`.
@@ -410,23 +440,30 @@ def load_tsv_corpus(
         valid_fraction=0 if valid is not None else valid_fraction,
         test_fraction=0 if test is not None else test_fraction,
         seed=seed,
+        max_held_out=max_held_out,
     )
     if valid is not None:
         corpus.valid = valid
     if test is not None:
         corpus.test = test
-    train_sources = {source for source, _ in corpus.train}
-    for name, given in (("validation", valid), ("test", test)):
-        if given:
-            shared = sum(1 for source, _ in given if source in train_sources)
-            if shared:
-                logger.warning(
-                    "%d of %d %s pairs have a source sentence that is also in the training "
-                    "data; scores on them will be optimistic.",
-                    shared,
-                    len(given),
-                    name,
-                )
+    warn_shared_sources(corpus.train, {"validation": valid, "test": test})
     corpus.name = str(train_path)
     corpus.skipped_lines = skipped
     return corpus
+
+
+def warn_shared_sources(train: Iterable[Pair], given: dict) -> None:
+    """Warns when pairs of the given validation or test files (`given`: name ->
+    pairs or None) have a source sentence that is also in `train`. Holds the
+    given files' sources only, so `train` may be streamed."""
+    given = {name: pairs for name, pairs in given.items() if pairs}
+    if not given:
+        return
+    sources = {source for pairs in given.values() for source, _ in pairs}
+    in_train = {source for source, _ in train if source in sources}
+    for name, pairs in given.items():
+        shared = sum(1 for source, _ in pairs if source in in_train)
+        if shared:
+            logger.warning(
+                "%d of %d %s pairs have a source sentence that is also in the training "
+                "data; scores on them will be optimistic.", shared, len(pairs), name)

@@ -223,3 +223,44 @@ class EpochSummary(keras.callbacks.Callback):
                          f"{format_seconds(self.clock.budget)} budget")
         logger.info(" - ".join(parts))
 
+
+
+class ProgressLog(keras.callbacks.Callback):
+    """Logs the first step (and how long after the run's start it came), then
+    a line about every `every` seconds: the step, its epoch, steps a second since
+    the last line, and the loss. An epoch over a corpus
+    of millions of pairs lasts hours; without a progress bar (no terminal)
+    these lines are the run's news between epoch summaries.
+
+    Args:
+        started: `time.perf_counter()` when the run started.
+        steps_per_epoch: steps of an epoch, to name the epoch and batch.
+        every: seconds between lines.
+    """
+
+    def __init__(self, started: float, steps_per_epoch: int, every: float = 60.0):
+        super().__init__()
+        self.started = started
+        self.steps_per_epoch = steps_per_epoch
+        self.every = every
+        self._first = True
+        self._last = (0.0, 0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        step = optimizer_step(self.model.optimizer)
+        if self._first:
+            self._first = False
+            self._last = (now, step)
+            logger.info("First step (step %d) done %.1f s after the run started.", step,
+                        now - self.started)
+            return
+        if now - self._last[0] < self.every:
+            return
+        then, then_step = self._last
+        self._last = (now, step)
+        epoch, in_epoch = divmod(step - 1, self.steps_per_epoch)
+        loss = (logs or {}).get("loss")
+        logger.info("Step %d (epoch %d, batch %d/%d): %.2f steps a second%s.", step, epoch + 1,
+                    in_epoch + 1, self.steps_per_epoch, (step - then_step) / (now - then),
+                    f", loss {float(loss):.4f}" if loss is not None else "")

@@ -25,6 +25,8 @@ from transformer.constants import (
     TOKENIZER_KINDS,
 )
 from transformer.data.loading import DATASETS
+from transformer.data.splits import MAX_HELD_OUT
+from transformer.data.streamed import VOCAB_SAMPLE_PAIRS
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.config_checks import check_config
 from transformer.run.precision import PRECISIONS, explain_default_precision
@@ -119,6 +121,14 @@ class RunConfig:
     tfds_data_dir: str | None = setting(
         None, "TFDS data directory", section="data", metavar="DIR",
         default_help="TFDS' own, ~/tensorflow_datasets")
+    max_held_out: int = setting(
+        MAX_HELD_OUT, "without --valid or --test, a twentieth of the distinct source sentences "
+        "of --data is held out for each, at most N each (so evaluation costs the same on any "
+        "corpus size); 0 for no limit", section="data", kind="non_negative_int", metavar="N")
+    vocab_sample: int = setting(
+        VOCAB_SAMPLE_PAIRS, "learn the vocabulary from a seeded sample of at most N "
+        "training pairs, drawn in the one pass that reads the corpus; 0 for every pair",
+        section="data", kind="non_negative_int", metavar="N")
     max_tokens: int | None = setting(
         None, "longest sentence in tokens; longer ones are trimmed, keeping [END]",
         section="data", kind="positive_int", metavar="N",

@@ -23,6 +23,11 @@ The versions, and what an older file means for the fields it lacks:
 10. the sampling plan is decided after the first pass and recorded beside
     `config.json` (`transformer.run.sampling`).
 11. `decay` (older: the paper's inverse square root).
+12. `max_held_out`, `vocab_sample`; held-out pairs are split off `--data` by
+    a hash of their source (`transformer.data.splits`). An older run that
+    split its validation or test pairs off `--data` held out other pairs, so
+    it cannot be resumed; an older run with both files given resumes with the
+    current defaults of both fields (its vocabulary is saved, its files whole).
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from typing import Any
 
 from transformer import rundir
 from transformer.constants import PAPER_LEARNING_RATE
+from transformer.data.splits import MAX_HELD_OUT
+from transformer.data.streamed import VOCAB_SAMPLE_PAIRS
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
 
-CONFIG_FORMAT_VERSION = 11
+CONFIG_FORMAT_VERSION = 12
 
 # Keys of config.json that are facts about the run rather than settings.
 FACT_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version",
@@ -51,6 +58,7 @@ _ADDED = (
     (8, {"ema_momentum": 0.0}),
     (9, {"subword_sampling": 0.0}),
     (11, {"decay": "inverse_sqrt"}),
+    (12, {"max_held_out": MAX_HELD_OUT, "vocab_sample": VOCAB_SAMPLE_PAIRS}),
 )
 
 
@@ -75,6 +83,11 @@ def config_from_record(record: dict[str, Any]) -> RunConfig:
         raise ValueError(
             f"it was written in config format {version}, by a newer version of this code, "
             f"which reads formats up to {CONFIG_FORMAT_VERSION}; update the code to resume it")
+    if version < 12 and record.get("data") and not (record.get("valid") and record.get("test")):
+        raise ValueError(
+            f"it was written in config format {version}, whose runs split their validation "
+            "and test pairs off --data in another way; this code cannot continue it exactly. "
+            "Start a new run (or resume it with the version that started it)")
     for added_in, values in _ADDED:
         if version < added_in:
             record = {**values, **record}

@@ -25,23 +25,12 @@ from pathlib import Path
 
 from transformer import rundir
 from transformer.data.corpus import Corpus, Pair
+from transformer.data.streamed import file_sha256
 
 logger = logging.getLogger(__name__)
 
 # The key of config.json that holds `data_fingerprint`.
 FINGERPRINT_KEY = "data_fingerprint"
-
-_CHUNK_BYTES = 1 << 20
-
-
-def file_sha256(path) -> str:
-    """The SHA-256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def pairs_sha256(pairs: list[Pair]) -> str:
     """The SHA-256 of sentence pairs as UTF-8 `source<TAB>target<LF>` lines."""
@@ -69,9 +58,10 @@ def data_fingerprint(config, corpus: Corpus) -> dict[str, dict]:
             "valid": len(corpus.valid),
             "test": len(corpus.test),
         }
+        # The files' digests were computed in the pass that read them, when it did.
         return {
             role: {"path": str(path), "bytes": Path(path).stat().st_size, "pairs": read[role],
-                   "sha256": file_sha256(path)}
+                   "sha256": corpus.file_sha256.get(str(path)) or file_sha256(path)}
             for role, path in (("data", config.data), ("valid", config.valid),
                                ("test", config.test))
             if path

@@ -123,6 +123,15 @@ def corpus_vocab_size(time_budget: float | None) -> int:
     return CORPUS_DEFAULTS["vocab_size"]
 
 
+def vocab_size_is_default(config) -> bool:
+    """Whether a real corpus's run has the vocabulary size the rule gave it
+    (`corpus_vocab_size`): such a size grows to fit a text whose characters
+    alone need more pieces (`learn_sentencepiece_model(grow_to_fit=True)`),
+    where a size the user chose is an error that names the minimum."""
+    return not _is_toy(config.dataset, config.data) and \
+        config.vocab_size == corpus_vocab_size(config.time_budget)
+
+
 # Real corpora rise to the paper's peak for a warm-up of this many steps,
 # (d_model * PEAK_WARMUP_STEPS)^-0.5 (1.4e-3 at d_model 128), in their own
 # shorter `warmup_steps`; `--learning-rate` sets another peak.

@@ -28,6 +28,7 @@ from transformer.data.batching import TokenizedPairs, batches_per_pass, sample_p
 from transformer.run import recipes
 from transformer.run.config import RunConfig
 from transformer.run.config_format import legacy_sampling_plan
+from transformer.run.token_files import sampled_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -131,10 +132,15 @@ def record_legacy_sampling(run_dir, record: dict) -> None:
 
 
 def drawn_pairs(config: RunConfig, pairs, tokenizers, best: TokenizedPairs,
-                plan: dict) -> TokenizedPairs:
+                plan: dict, directory=None, fingerprint: dict | None = None) -> TokenizedPairs:
     """The training `pairs` with their drawn segmentations after `best`, their
-    best split, as the plan says (its `from_pass` on); `best` without sampling."""
+    best split, as the plan says (its `from_pass` on); `best` without sampling.
+    With a `directory` (a run's `tokens/`), drawn into files there, or opened
+    from the files a run drew before from the same data (`fingerprint`)."""
     if not plan["samples"]:
         return best
-    return sample_pairs(pairs, tokenizers, config.resolved_max_tokens, config.subword_sampling,
-                        recipes.SAMPLED_SEGMENTATIONS, config.seed, plan["from_pass"], best=best)
+    args = (pairs, tokenizers, config.resolved_max_tokens, config.subword_sampling,
+            recipes.SAMPLED_SEGMENTATIONS, config.seed, plan["from_pass"], best)
+    if directory is None:
+        return sample_pairs(*args)
+    return sampled_tokens(directory, *args, fingerprint)

@@ -44,6 +44,7 @@ from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
     LearningRateLogger,
+    ProgressLog,
     StopOnNaN,
     TrainingClock,
     TrainingError,
@@ -56,7 +57,8 @@ from transformer.run.config_format import read_config, resumed_with, write_confi
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
-from transformer.run.recipes import CorpusFacts, resolve
+from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
+from transformer.run.token_files import training_tokens
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 from transformer.translate import export_translator
 
@@ -292,8 +294,15 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> tuple[_Session,
 
 def _load_data(session: _Session, config: RunConfig) -> _Data:
     """Loads the corpus, builds (or reloads) the tokenizers and tokenizes the
-    pairs, as the (not yet resolved) `config` says."""
-    corpus = training_corpus(config)
+    pairs, as the (not yet resolved) `config` says.
+
+    A TSV corpus is streamed: one pass scans it (splits, sample, fingerprint)
+    and one tokenizes its training pairs into `tokens/`, both recorded there,
+    so that a resumed run opens them instead (`transformer.data.streamed`,
+    `transformer.run.token_files`).
+    """
+    tokens_dir = session.write_dir / rundir.TOKENS_DIR
+    corpus = training_corpus(config, record_dir=tokens_dir)
     logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                 len(corpus.train), len(corpus.valid), len(corpus.test))
     fingerprint = data_fingerprint(config, corpus)
@@ -303,7 +312,7 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
     session.write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
     tokenizers = _tokenizers(session, config, corpus)
     max_tokens = config.resolved_max_tokens
-    train_tokens = tokenize_pairs(corpus.train, tokenizers, max_tokens)
+    train_tokens = training_tokens(tokens_dir, corpus.train, tokenizers, max_tokens, fingerprint)
     valid_batches = None
     if corpus.valid:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
@@ -511,9 +520,12 @@ def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus):
         return load_tokenizers(tokenizers_dir)
     logger.info("Vocabulary: %s, at most %d pieces%s.", config.tokenizer, config.vocab_size,
                 ", shared by both languages" if config.shared_vocab else " per language")
+    learn_params = config.tokenizer_learn_params
+    if learn_params is not None and vocab_size_is_default(config):
+        learn_params = {**learn_params, "grow_to_fit": True}  # a default must not stop the run
     tokenizers = build_tokenizers(
-        corpus.train, config.vocab_size, config.lower_case, kind=config.tokenizer,
-        shared=config.shared_vocab, learn_params=config.tokenizer_learn_params,
+        corpus.pairs_for_vocabulary(), config.vocab_size, config.lower_case,
+        kind=config.tokenizer, shared=config.shared_vocab, learn_params=learn_params,
     )
     if session.chief:
         # No rename dance is needed: config.json is written after the tokenizers,
@@ -533,7 +545,8 @@ def _training_pairs(session: _Session, config: RunConfig, data: _Data,
     plan, new = sampling.sampling_plan(config, pairs, start_step, seconds, session.run_dir)
     if new:
         sampling.record_sampling_plan(session.write_dir, plan)
-    return sampling.drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan)
+    return sampling.drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan,
+                                session.write_dir / rundir.TOKENS_DIR, data.fingerprint)
 
 
 def _sharding_options() -> tf.data.Options:
@@ -564,7 +577,8 @@ def _callbacks(session: _Session, config: RunConfig,
     """The callbacks of `fit`, in order: the NaN stop and the clock come before
     the checkpoint saver."""
     run_dir = session.run_dir
-    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), state.clock]
+    callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), state.clock,
+                 ProgressLog(session.started, config.steps_per_epoch)]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
         rundir.truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)

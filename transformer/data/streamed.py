@@ -1,0 +1,293 @@
+"""A TSV corpus of any size, read as a stream: memory does not grow with it.
+
+`stream_tsv_corpus` reads the training file once (the scan) and keeps, per
+pair, only the 8-byte key that places it in a split
+(`transformer.data.splits`). In that one pass it also fingerprints the file
+(SHA-256), draws the seeded sample the vocabulary is learnt from, and keeps
+the few pairs that may be held out. The `Corpus` it returns holds the
+validation and test pairs as lists (a few thousand at most) and the training
+pairs as `SplitPairs`, which streams them from the file again whenever it is
+iterated (to tokenize them once, or to draw subword segmentations).
+
+With a `record_dir`, the scan is recorded there (`corpus.json`, and the
+held-out pairs as `valid.tsv` and `test.tsv`), and a later call on the same
+file and settings (a resumed run) reads the record instead of scanning:
+only the file's SHA-256 is computed again, to check that it is unchanged.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import hashlib
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from transformer import rundir
+from transformer.data.corpus import Corpus, Pair
+from transformer.data.splits import (
+    MAX_HELD_OUT,
+    HeldOutLimits,
+    Reservoir,
+    held_out_limits,
+    split_key,
+)
+from transformer.data.tsv import (
+    TsvStats,
+    check_tsv_read,
+    iter_tsv,
+    read_tsv_with_stats,
+    warn_shared_sources,
+    write_tsv,
+)
+
+logger = logging.getLogger(__name__)
+
+# Pairs the vocabulary is learnt from, by default: a seeded sample of the training
+# pairs (the whole of a smaller corpus). SentencePiece's time and memory grow
+# with its text; past this many pairs its pieces barely change (BENCHMARKS.md,
+# "Scaling up").
+VOCAB_SAMPLE_PAIRS = 100_000
+
+# The record of a scan in `record_dir`, and its format.
+RECORD_FILE = "corpus.json"
+RECORD_FORMAT = 1
+_HELD_OUT_FILES = {"valid": "valid.tsv", "test": "test.tsv"}
+
+_CHUNK_BYTES = 1 << 20
+# The pairs kept while scanning, as candidates for the held-out splits: this many
+# times the expected held-out pairs, and at least _MIN_CANDIDATES.
+_CANDIDATE_MARGIN = 4
+_MIN_CANDIDATES = 1000
+
+
+def file_sha256(path) -> str:
+    """The SHA-256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class TsvFile:
+    """A TSV file of pairs and how to read it (see `transformer.data.tsv.iter_tsv`)."""
+
+    path: str
+    source_column: int = 0
+    target_column: int = 1
+    skip_bad_lines: bool = False
+
+    def pairs(self, stats: TsvStats | None = None, digest=None):
+        """Streams the file's pairs."""
+        return iter_tsv(self.path, self.source_column, self.target_column,
+                        self.skip_bad_lines, stats, digest)
+
+
+class SplitPairs:
+    """The pairs of one split of a TSV file, streamed from the file on every
+    iteration; `len` is their number.
+
+    Args:
+        tsv: the `TsvFile`.
+        count: the split's pairs.
+        split: `"train"`, `"valid"` or `"test"`.
+        seed: the seed of `split_key`.
+        limits: the `HeldOutLimits`; None: every pair of the file.
+    """
+
+    def __init__(self, tsv: TsvFile, count: int, split: str = "train", seed: int = 0,
+                 limits: HeldOutLimits | None = None):
+        self.tsv, self.count, self.split, self.seed, self.limits = tsv, count, split, seed, limits
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        if self.limits is None:
+            yield from self.tsv.pairs()
+            return
+        for pair in self.tsv.pairs():
+            if self.limits.split_of(split_key(pair[0], self.seed)) == self.split:
+                yield pair
+
+    def __repr__(self) -> str:
+        return f"SplitPairs({self.tsv.path!r}, {self.split}, {self.count} pairs)"
+
+
+def stream_tsv_corpus(
+    train_path,
+    valid_path=None,
+    test_path=None,
+    source_column: int = 0,
+    target_column: int = 1,
+    skip_bad_lines: bool = False,
+    seed: int = 0,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    max_held_out: int = MAX_HELD_OUT,
+    vocab_sample: int = VOCAB_SAMPLE_PAIRS,
+    record_dir=None,
+) -> Corpus:
+    """Loads a TSV corpus of any size in one streaming pass (see the module docstring).
+
+    The splits are those of `transformer.data.tsv.load_tsv_corpus` for the
+    same arguments; the training pairs stay in the file.
+
+    Args:
+        train_path, valid_path, test_path, source_column, target_column,
+        skip_bad_lines, seed, valid_fraction, test_fraction, max_held_out:
+            as for `load_tsv_corpus`.
+        vocab_sample: the most training pairs in `Corpus.vocab_pairs`, a
+            seeded sample; 0 for all of them (in memory).
+        record_dir: where to record the scan, and to find a record of it.
+
+    Returns:
+        A `Corpus` whose `train` is a `SplitPairs`, with `vocab_pairs` (None
+        when read from a record) and `file_sha256`.
+
+    Raises:
+        DataError: as `load_tsv_corpus`.
+    """
+    tsv = TsvFile(str(train_path), source_column, target_column, skip_bad_lines)
+    given = {}
+    sha256 = {}
+    for split, path in (("valid", valid_path), ("test", test_path)):
+        if path is not None:
+            digest = hashlib.sha256()
+            given[split], _ = read_tsv_with_stats(path, source_column, target_column,
+                                                  skip_bad_lines, digest)
+            sha256[str(path)] = digest.hexdigest()
+    fractions = {"valid": 0 if "valid" in given else valid_fraction,
+                 "test": 0 if "test" in given else test_fraction}
+    settings = {"format": RECORD_FORMAT, "path": tsv.path, "bytes": os.path.getsize(tsv.path),
+                "columns": [source_column, target_column], "skip_bad_lines": skip_bad_lines,
+                "seed": seed, "fractions": fractions, "max_held_out": max_held_out}
+    record = _read_record(record_dir, settings)
+    if record is not None:
+        corpus = _corpus_of_record(tsv, record, record_dir, seed)
+    else:
+        corpus = _scan(tsv, settings, given, vocab_sample)
+        if record_dir is not None:
+            _write_record(record_dir, settings, corpus)
+    for split, pairs in given.items():
+        setattr(corpus, split, pairs)
+    corpus.file_sha256.update(sha256)
+    corpus.name = tsv.path
+    return corpus
+
+
+def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpus:
+    """The one pass over the training file: keys, fingerprint, sample, candidates."""
+    started = time.perf_counter()
+    fractions, seed = settings["fractions"], settings["seed"]
+    splitting = any(fractions.values())
+    bound = _candidate_bound(tsv.path, fractions, settings["max_held_out"]) if splitting else 0
+    stats, digest = TsvStats(path=tsv.path), hashlib.sha256()
+    keys = array.array("Q")
+    sample = Reservoir(vocab_sample, seed)
+    candidates: list[tuple[int, Pair]] = []
+    given_sources = {source for pairs in given.values() for source, _ in pairs}
+    shared_sources = set()
+    for pair in tsv.pairs(stats, digest):
+        key = split_key(pair[0], seed) if splitting else None
+        if splitting:
+            keys.append(key)
+            if key < bound:
+                candidates.append((key, pair))
+        if pair[0] in given_sources:
+            shared_sources.add(pair[0])
+        sample.add((key, pair))
+    check_tsv_read(stats)
+    warn_shared_sources([(source, "") for source in shared_sources], given)
+    limits = None
+    held = {"valid": [], "test": []}
+    if splitting:
+        limits = held_out_limits(np.frombuffer(keys, np.uint64), fractions["valid"],
+                                 fractions["test"], settings["max_held_out"])
+        del keys
+        if limits.valid_below <= bound:
+            for key, pair in candidates:
+                split = limits.split_of(key)
+                if split != "train":
+                    held[split].append(pair)
+        else:  # more pairs share source sentences than the bound allowed for: read again
+            for split in held:
+                held[split] = list(SplitPairs(tsv, limits.counts[split], split, seed, limits))
+    train_count = stats.pairs - len(held["valid"]) - len(held["test"])
+    vocab_pairs = [pair for key, pair in sample.items()
+                   if limits is None or limits.split_of(key) == "train"]
+    logger.info(
+        "Scanned %s in %.1f s: %d pairs; %d validation and %d test pairs held out (at most "
+        "%d source sentences each); the vocabulary is learnt from %d training pairs%s.",
+        tsv.path, time.perf_counter() - started, stats.pairs, len(held["valid"]),
+        len(held["test"]), settings["max_held_out"], len(vocab_pairs),
+        " (a seeded sample)" if vocab_sample and sample.seen > vocab_sample else "")
+    return Corpus(train=SplitPairs(tsv, train_count, "train", seed, limits),
+                  valid=held["valid"], test=held["test"], skipped_lines=stats.skipped,
+                  vocab_pairs=vocab_pairs, file_sha256={tsv.path: digest.hexdigest()})
+
+
+def _candidate_bound(path: str, fractions: dict, max_held_out: int) -> int:
+    """A key below which the held-out pairs almost surely fall, from the lines the
+    file's first megabyte suggests it has (a wrong guess costs a second pass)."""
+    with open(path, "rb") as handle:
+        head = handle.read(_CHUNK_BYTES)
+    line_bytes = len(head) / max(1, head.count(b"\n"), head.count(b"\r"))
+    lines = max(1.0, os.path.getsize(path) / max(line_bytes, 1.0))
+    expected = sum(min(fraction * lines, max_held_out or lines) if fraction else 0
+                   for fraction in fractions.values())
+    share = max(_CANDIDATE_MARGIN * expected, _MIN_CANDIDATES) / lines
+    return min(1 << 64, int(share * (1 << 64)))
+
+
+def _read_record(record_dir, settings: dict) -> dict | None:
+    """The recorded scan in `record_dir` if it is of this file (same bytes) and settings."""
+    if record_dir is None or not (Path(record_dir) / RECORD_FILE).is_file():
+        return None
+    record = rundir.read_json(Path(record_dir) / RECORD_FILE)
+    if not isinstance(record, dict) or record.get("settings") != settings:
+        return None
+    started = time.perf_counter()
+    if file_sha256(settings["path"]) != record.get("sha256"):
+        logger.info("%s changed since it was scanned: scanning it again.", settings["path"])
+        return None
+    logger.info("Read the scan of %s from %s (its SHA-256 checked in %.1f s).",
+                settings["path"], record_dir, time.perf_counter() - started)
+    return record
+
+
+def _write_record(record_dir, settings: dict, corpus: Corpus) -> None:
+    record_dir = Path(record_dir)
+    record_dir.mkdir(parents=True, exist_ok=True)
+    for split, name in _HELD_OUT_FILES.items():
+        write_tsv(getattr(corpus, split), record_dir / name)
+    limits = corpus.train.limits
+    rundir.write_json_atomic(record_dir / RECORD_FILE, {
+        "settings": settings,
+        "sha256": corpus.file_sha256[settings["path"]],
+        "train_pairs": len(corpus.train),
+        "skipped_lines": corpus.skipped_lines,
+        "limits": None if limits is None else [limits.test_below, limits.valid_below],
+    })
+
+
+def _corpus_of_record(tsv: TsvFile, record: dict, record_dir, seed: int) -> Corpus:
+    limits = None
+    held = {}
+    for split, name in _HELD_OUT_FILES.items():
+        path = Path(record_dir) / name
+        held[split] = read_tsv_with_stats(path)[0] if path.stat().st_size else []
+    if record["limits"] is not None:
+        test_below, valid_below = record["limits"]
+        limits = HeldOutLimits(test_below, valid_below,
+                               {split: len(pairs) for split, pairs in held.items()})
+    return Corpus(train=SplitPairs(tsv, record["train_pairs"], "train", seed, limits),
+                  valid=held["valid"], test=held["test"],
+                  skipped_lines=record["skipped_lines"],
+                  file_sha256={tsv.path: record["sha256"]})
