@@ -17,7 +17,7 @@ of `train.py`'s own once-a-minute progress lines), the disk the run's
 Example (Bible corpus, one core each, 300,000 pairs and 5 million):
 
     python bench/scale.py --base data/bible-es-en/train.tsv --pairs 30000 300000 5000000 \\
-        --cores 0 --budget 3m --json bench/results/scale_bible_xeon.json
+        --cores 0 --budget 3m --json runs/scale_bible.json
 
 The corpora and runs go to `--work` (default `runs/scale`), which needs about
 2.5 times the TSV's size in disk for each N.

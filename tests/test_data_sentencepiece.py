@@ -330,3 +330,22 @@ def test_bpe_words_are_one_piece_in_tensorflow(tmp_path):
             "[START]", "▁" + word, "[END]"], word
     assert _texts(tokenizer.detokenize(tokenizer.tokenize(tf.constant(english[:20])))) == [
         " ".join(s.split()) for s in english[:20]]
+
+
+def test_a_default_size_grows_to_fit_text_in_many_scripts(caplog):
+    # About 400 distinct characters from many scripts, more than 100 pieces hold.
+    rng = random.Random(0)
+    letters = [chr(c) for block in (0x0400, 0x0530, 0x0590, 0x0900, 0x3040, 0x4E00)
+               for c in range(block, block + 70)]
+    sentences = ["".join(rng.choice(letters) for _ in range(12)) + " ok" for _ in range(3000)]
+    with pytest.raises(ValueError, match=r"vocab_size=100 is too small .* at least (\d+)") as err:
+        learn_sentencepiece_model(sentences, 100)
+    needed = int(str(err.value).split("at least ")[1].split()[0])
+    assert needed > 300
+    with caplog.at_level(logging.INFO, logger="transformer.data.sentencepiece"):
+        proto = learn_sentencepiece_model(sentences, 100, grow_to_fit=True)
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    assert needed < processor.get_piece_size() <= needed + 100
+    assert f"learning {needed + 100} pieces instead" in caplog.text

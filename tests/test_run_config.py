@@ -200,3 +200,19 @@ def test_the_toy_corpus_learns_bpe_and_older_configs_keep_unigram():
     assert config_from_record(saved).subword_model == "unigram"
     with pytest.raises(ValueError, match="`subword_model`.*Received: subword_model='bpf'"):
         RunConfig(subword_model="bpf")
+
+
+def test_runs_that_split_off_data_before_format_12_are_not_resumed(tmp_path):
+    from transformer.run.config import RunConfig
+    from transformer.run.config_format import check_resumable
+    from transformer.rundir import RunDirError
+
+    split = {**RunConfig(data="a.tsv").to_dict(), "format_version": 11}
+    with pytest.raises(RunDirError, match="format 11.*split their validation and test pairs"):
+        check_resumable(tmp_path, split)
+    given = {**RunConfig(data="a.tsv", valid="v.tsv", test="t.tsv").to_dict(),
+             "format_version": 11}
+    check_resumable(tmp_path, given)  # its held-out pairs are its files
+    check_resumable(tmp_path, {**split, "format_version": 12})
+    # Such a config is still read (to translate with the run), with today's defaults.
+    assert config_from_record(split).max_held_out == RunConfig().max_held_out

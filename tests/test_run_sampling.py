@@ -81,7 +81,8 @@ def data():
 def drawn(monkeypatch):
     calls = []
 
-    def sample_pairs(pairs, tokenizers, max_tokens, alpha, variants, seed, from_pass, best):
+    def sample_pairs(pairs, tokenizers, max_tokens, alpha, variants, seed, from_pass, best,
+                     directory=None):
         calls.append((alpha, variants, seed, from_pass))
         return types.SimpleNamespace(variants=variants + 1, best=best)
 

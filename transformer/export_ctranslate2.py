@@ -307,7 +307,7 @@ def training_target_pieces(run_dir, tokenizers) -> list[str] | None:
         plan = run_dir / rundir.SAMPLING_FILE
         if plan.is_file():
             tokens = drawn_pairs(config, corpus.train, tokenizers, tokens,
-                                 rundir.read_json(plan), tokens_dir, saved)
+                                 rundir.read_json(plan), tokens_dir)
     except Exception as err:  # noqa: BLE001 - the map only speeds decoding up; say why not
         logger.warning("Exporting %s without a vocabulary map, which only makes decoding "
                        "faster: could not read the run's training pairs (%s). Export again "

@@ -83,11 +83,6 @@ def config_from_record(record: dict[str, Any]) -> RunConfig:
         raise ValueError(
             f"it was written in config format {version}, by a newer version of this code, "
             f"which reads formats up to {CONFIG_FORMAT_VERSION}; update the code to resume it")
-    if version < 12 and record.get("data") and not (record.get("valid") and record.get("test")):
-        raise ValueError(
-            f"it was written in config format {version}, whose runs split their validation "
-            "and test pairs off --data in another way; this code cannot continue it exactly. "
-            "Start a new run (or resume it with the version that started it)")
     for added_in, values in _ADDED:
         if version < added_in:
             record = {**values, **record}
@@ -107,6 +102,18 @@ def read_config(run_dir) -> tuple[RunConfig, dict[str, Any]]:
         return config_from_record(record), record
     except (TypeError, ValueError) as err:
         raise rundir.RunDirError(f"{str(path)!r} is not a valid run config: {err}") from err
+
+
+def check_resumable(run_dir, record: dict) -> None:
+    """Refuses, in one line, to resume a run whose held-out pairs this code
+    would choose otherwise: one of a format before 12 that split its
+    validation or test pairs off `--data` (see the module docstring)."""
+    version = format_version(record)
+    if version < 12 and record.get("data") and not (record.get("valid") and record.get("test")):
+        raise rundir.RunDirError(
+            f"Cannot resume {str(run_dir)!r}: it was written in config format {version}, whose "
+            "runs split their validation and test pairs off --data in another way, so this "
+            "code would train it on other pairs. Start a new run in another --output-dir.")
 
 
 def load_config(run_dir) -> RunConfig:

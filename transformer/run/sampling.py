@@ -28,7 +28,6 @@ from transformer.data.batching import TokenizedPairs, batches_per_pass, sample_p
 from transformer.run import recipes
 from transformer.run.config import RunConfig
 from transformer.run.config_format import legacy_sampling_plan
-from transformer.run.token_files import sampled_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -132,15 +131,12 @@ def record_legacy_sampling(run_dir, record: dict) -> None:
 
 
 def drawn_pairs(config: RunConfig, pairs, tokenizers, best: TokenizedPairs,
-                plan: dict, directory=None, fingerprint: dict | None = None) -> TokenizedPairs:
+                plan: dict, directory=None) -> TokenizedPairs:
     """The training `pairs` with their drawn segmentations after `best`, their
     best split, as the plan says (its `from_pass` on); `best` without sampling.
-    With a `directory` (a run's `tokens/`), drawn into files there, or opened
-    from the files a run drew before from the same data (`fingerprint`)."""
+    With a `directory` (a run's `tokens/`), drawn into memory-mapped files there."""
     if not plan["samples"]:
         return best
-    args = (pairs, tokenizers, config.resolved_max_tokens, config.subword_sampling,
-            recipes.SAMPLED_SEGMENTATIONS, config.seed, plan["from_pass"], best)
-    if directory is None:
-        return sample_pairs(*args)
-    return sampled_tokens(directory, *args, fingerprint)
+    return sample_pairs(pairs, tokenizers, config.resolved_max_tokens, config.subword_sampling,
+                        recipes.SAMPLED_SEGMENTATIONS, config.seed, plan["from_pass"], best,
+                        directory=directory)

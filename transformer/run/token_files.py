@@ -7,7 +7,7 @@ from: the data's fingerprint, the tokenizers' files and `max_tokens`. A
 resumed run whose `tokens.json` names the same opens the files and starts at
 once; anything else (an interrupted write, other tokenizers) tokenizes again.
 Subword sampling draws its segmentations into the same directory
-(`sampled_tokens`).
+(`transformer.run.sampling.drawn_pairs`), anew in each session that reads them.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from transformer import rundir
-from transformer.data.batching import TokenizedPairs, sample_pairs, tokenize_pairs
+from transformer.data.batching import TokenizedPairs, tokenize_pairs
 from transformer.data.token_rows import open_rows
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "tokens.json"
-SAMPLED_MANIFEST = "sampled.json"
 FORMAT = 1
 _COUNTS = ("max_tokens", "num_trimmed", "num_trimmed_source", "num_trimmed_target",
            "variants", "sampled_from_pass")
@@ -50,39 +49,25 @@ def training_tokens(directory, pairs, tokenizers, max_tokens: int,
     manifest names this data, these tokenizers and `max_tokens`, else made now."""
     key = {"format": FORMAT, "data": fingerprint, "tokenizers": tokenizers_digest(tokenizers),
            "max_tokens": max_tokens}
-    return _made_or_opened(Path(directory), MANIFEST, "", key, lambda: tokenize_pairs(
-        pairs, tokenizers, max_tokens, directory=directory), "Tokenized")
+    return _made_or_opened(Path(directory), key, lambda: tokenize_pairs(
+        pairs, tokenizers, max_tokens, directory=directory))
 
 
-def sampled_tokens(directory, pairs, tokenizers, max_tokens: int, alpha: float, variants: int,
-                   seed: int, from_pass: int, best: TokenizedPairs,
-                   fingerprint: dict) -> TokenizedPairs:
-    """`sample_pairs` of the training pairs into `directory` (`sampled.*`), or
-    the files a run made before with the same data, tokenizers and draws."""
-    key = {"format": FORMAT, "data": fingerprint, "tokenizers": tokenizers_digest(tokenizers),
-           "max_tokens": max_tokens, "alpha": alpha, "variants": variants, "seed": seed,
-           "from_pass": from_pass}
-    return _made_or_opened(Path(directory), SAMPLED_MANIFEST, "sampled.", key, lambda: sample_pairs(
-        pairs, tokenizers, max_tokens, alpha, variants, seed, from_pass, best,
-        directory=directory), "Drew segmentations of")
-
-
-def _made_or_opened(directory: Path, manifest_name: str, prefix: str, key: dict, make,
-                    verb: str) -> TokenizedPairs:
-    manifest = directory / manifest_name
+def _made_or_opened(directory: Path, key: dict, make) -> TokenizedPairs:
+    manifest = directory / MANIFEST
     if manifest.is_file():
         record = rundir.read_json(manifest)
         if isinstance(record, dict) and record.get("key") == key:
-            tokens = _opened(directory, prefix, record)
+            tokens = _opened(directory, record)
             logger.info("Opened %d tokenized training pairs in %s.", len(tokens), directory)
             return tokens
     manifest.unlink(missing_ok=True)  # the files below are rewritten
     directory.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     tokens = make()
-    disk = sum(path.stat().st_size for path in directory.glob(f"{prefix}source.*")) + sum(
-        path.stat().st_size for path in directory.glob(f"{prefix}target.*"))
-    logger.info("%s %d training pairs in %.1f s into %s (%.1f MB).", verb, len(tokens),
+    disk = sum(path.stat().st_size for side in ("source", "target")
+               for path in directory.glob(f"{side}.*"))
+    logger.info("Tokenized %d training pairs in %.1f s into %s (%.1f MB).", len(tokens),
                 time.perf_counter() - started, directory, disk / 1e6)
     record = {"key": key, "dtype": str(tokens.context.values.dtype),
               **{name: getattr(tokens, name) for name in _COUNTS}}
@@ -90,10 +75,9 @@ def _made_or_opened(directory: Path, manifest_name: str, prefix: str, key: dict,
     return tokens
 
 
-def _opened(directory: Path, prefix: str, record: dict) -> TokenizedPairs:
+def _opened(directory: Path, record: dict) -> TokenizedPairs:
     dtype = np.dtype(record["dtype"])
-    context, target = (open_rows(directory / f"{prefix}{side}.ids",
-                                 directory / f"{prefix}{side}.splits", dtype)
+    context, target = (open_rows(directory / f"{side}.ids", directory / f"{side}.splits", dtype)
                        for side in ("source", "target"))
     return TokenizedPairs(context=context, target=target,
                           **{name: record[name] for name in _COUNTS})

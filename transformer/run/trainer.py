@@ -53,7 +53,12 @@ from transformer.run.callbacks import (
 )
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
 from transformer.run.config import RunConfig
-from transformer.run.config_format import read_config, resumed_with, write_config
+from transformer.run.config_format import (
+    check_resumable,
+    read_config,
+    resumed_with,
+    write_config,
+)
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
@@ -276,6 +281,7 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> tuple[_Session,
     resume_from = saved_fingerprint = None
     if resuming:
         saved, record = read_config(config.run_dir)
+        check_resumable(config.run_dir, record)  # or a one-line refusal
         config = resumed_with(saved, config)  # or a one-line refusal
         saved_fingerprint = record.get(FINGERPRINT_KEY)
         if chief:
@@ -546,7 +552,7 @@ def _training_pairs(session: _Session, config: RunConfig, data: _Data,
     if new:
         sampling.record_sampling_plan(session.write_dir, plan)
     return sampling.drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan,
-                                session.write_dir / rundir.TOKENS_DIR, data.fingerprint)
+                                session.write_dir / rundir.TOKENS_DIR)
 
 
 def _sharding_options() -> tf.data.Options:
