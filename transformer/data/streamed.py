@@ -57,6 +57,7 @@ VOCAB_SAMPLE_PAIRS = 100_000
 RECORD_FILE = "corpus.json"
 RECORD_FORMAT = 1
 _HELD_OUT_FILES = {"valid": "valid.tsv", "test": "test.tsv"}
+_NAMES = {"valid": "validation", "test": "test"}
 
 _CHUNK_BYTES = 1 << 20
 # The pairs kept while scanning, as candidates for the held-out splits: this many
@@ -204,7 +205,8 @@ def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpu
             shared_sources.add(pair[0])
         sample.add((key, pair))
     check_tsv_read(stats)
-    warn_shared_sources([(source, "") for source in shared_sources], given)
+    warn_shared_sources([(source, "") for source in shared_sources],
+                        {_NAMES[split]: pairs for split, pairs in given.items()})
     limits = None
     held = {"valid": [], "test": []}
     if splitting:
@@ -222,11 +224,13 @@ def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpu
     train_count = stats.pairs - len(held["valid"]) - len(held["test"])
     vocab_pairs = [pair for key, pair in sample.items()
                    if limits is None or limits.split_of(key) == "train"]
+    held_out = ", ".join(
+        f"{len(held[split])} {_NAMES[split]} pairs held out" for split in held
+        if fractions[split]) or "nothing held out"
     logger.info(
-        "Scanned %s in %.1f s: %d pairs; %d validation and %d test pairs held out (at most "
-        "%d source sentences each); the vocabulary is learnt from %d training pairs%s.",
-        tsv.path, time.perf_counter() - started, stats.pairs, len(held["valid"]),
-        len(held["test"]), settings["max_held_out"], len(vocab_pairs),
+        "Scanned %s in %.1f s: %d pairs, %s (at most %d source sentences each); the "
+        "vocabulary is learnt from %d training pairs%s.", tsv.path, time.perf_counter() - started,
+        stats.pairs, held_out, settings["max_held_out"], len(vocab_pairs),
         " (a seeded sample)" if vocab_sample and sample.seen > vocab_sample else "")
     return Corpus(train=SplitPairs(tsv, train_count, "train", seed, limits),
                   valid=held["valid"], test=held["test"], skipped_lines=stats.skipped,
