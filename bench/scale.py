@@ -1,9 +1,10 @@
 """Scaling up: what `train.py` needs for a corpus of N pairs, measured.
 
 For each N it makes a corpus of N pairs (`make_corpus`: copies of a real
-corpus, each copy shuffled by its own seed and its pairs marked with the
-copy's number on both sides, so that every copy is new text to the splits,
-the vocabulary and the batches), then runs, as a user would,
+corpus, each copy shuffled by its own seed and the words of each of its
+sentences rotated by the copy's number, so that every copy is new text to
+the splits, the vocabulary's sample and the batches, with the lengths and
+pieces of the real corpus), then runs, as a user would,
 
     train.py --data scale_N.tsv --time-budget B --eval-beam 1 --output-dir RUNS/scale_N
 
@@ -11,8 +12,9 @@ and then `--resume` of the same run with a budget B longer. For each run it
 reports the peak memory (RSS of the training process, memory-mapped pages
 included), the seconds from the command's start to the first training step
 (TensorFlow's import included), the steps a second after warm-up (the median
-of `train.py`'s own once-a-minute progress lines), the disk the run's
-`tokens/` takes, and the same for the resume.
+of `train.py`'s own once-a-minute progress lines) and the token budget of a
+step (`batch_tokens`), the disk the run's `tokens/` takes, and the same for
+the resume.
 
 Example (Bible corpus, one core each, 300,000 pairs and 5 million):
 
@@ -42,9 +44,15 @@ _FIRST_STEP = re.compile(r"First step \(step \d+\) done")
 _RATE = re.compile(r"Step \d+ .*?: ([0-9.]+) steps a second")
 
 
+def _rotated(sentence: str, by: int) -> str:
+    words = sentence.split(" ")
+    by %= len(words)
+    return " ".join(words[by:] + words[:by])
+
+
 def make_corpus(base: Path, pairs: int, output: Path) -> None:
-    """Writes `pairs` pairs: copy `c` of `base` in its own seeded order, each pair
-    of copies after the first ending in " (c)" on both sides."""
+    """Writes `pairs` pairs: copy `c` of `base` in its own seeded order, the
+    words of both sentences of every pair rotated by `c`."""
     lines = [line.rstrip("\n") for line in base.open(encoding="utf-8") if "\t" in line]
     written = 0
     with output.open("w", encoding="utf-8") as out:
@@ -54,8 +62,7 @@ def make_corpus(base: Path, pairs: int, output: Path) -> None:
             random.Random(copy).shuffle(order)
             for index in order[: pairs - written]:
                 source, target = lines[index].split("\t")[:2]
-                if copy:
-                    source, target = f"{source} ({copy})", f"{target} ({copy})"
+                source, target = _rotated(source, copy), _rotated(target, copy)
                 out.write(f"{source}\t{target}\n")
             written += min(len(order), pairs - written)
             copy += 1
@@ -116,10 +123,12 @@ def main(argv=None) -> int:
             options = ["--data", str(corpus), "--time-budget", args.budget, "--eval-beam", "1",
                        "--output-dir", str(run), *args.train_args.split()]
             first = run_train(options, args.cores)
-            budget_seconds = json.loads((run / "config.json").read_text())["time_budget"]
+            config = json.loads((run / "config.json").read_text())
+            budget_seconds = config["time_budget"]
             resumed = run_train([*options[:3], f"{2 * budget_seconds:.0f}", *options[4:],
                                  "--resume"], args.cores)
             record = {"pairs": pairs, "tsv_mb": round(corpus.stat().st_size / 1e6, 1),
+                      "batch_tokens": config["batch_tokens"],
                       "tokens_mb": disk_mb(run / "tokens"), "run": first, "resume": resumed}
             print(json.dumps(record), flush=True)
             results.append(record)

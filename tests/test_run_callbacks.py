@@ -146,3 +146,31 @@ def test_tensorboard_reads_the_runs_scalars(tiny_run):
         values = [float(tf.make_ndarray(event.tensor_proto))
                   for event in events.Tensors("epoch_loss")]
         assert values == pytest.approx(history[prefix + "loss"], rel=1e-6)
+
+
+def test_progress_log_names_the_first_step_then_a_line_a_minute(monkeypatch, caplog):
+    import logging
+
+    from transformer.run import callbacks
+
+    now = [10.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    step = tf.Variable(1, dtype=tf.int64)
+
+    class FakeModel:
+        optimizer = type("FakeOptimizer", (), {"iterations": step})()
+
+    progress = callbacks.ProgressLog(started=2.5, steps_per_epoch=100, every=60.0)
+    progress.set_model(FakeModel())
+    with caplog.at_level(logging.INFO, logger="transformer.run.callbacks"):
+        progress.on_train_batch_end(0, {"loss": 5.0})
+        for _ in range(30):  # 30 steps in 30 s: no line before a minute is over
+            now[0] += 1.0
+            step.assign_add(1)
+            progress.on_train_batch_end(0, {"loss": 4.0})
+        assert caplog.messages == ["First step (step 1) done 7.5 s after the run started."]
+        now[0] += 30.0
+        step.assign(121)
+        progress.on_train_batch_end(0, {"loss": 3.25})
+    assert caplog.messages[1] == ("Step 121 (epoch 2, batch 21/100): 2.00 steps a second, "
+                                  "loss 3.2500.")
