@@ -21,6 +21,11 @@ Example (Bible corpus, one core each, 300,000 pairs and 5 million):
     python bench/scale.py --base data/bible-es-en/train.tsv --pairs 30000 300000 5000000 \\
         --cores 0 --budget 3m --json runs/scale_bible.json
 
+`--vocab-samples K ...` instead times learning the shared vocabulary (8,000
+pieces, as `train.py` learns it) from K pairs of such a corpus, each in a
+process of its own: seconds and peak memory, which `--vocab-sample`'s
+default weighs against what the vocabulary sees.
+
 The corpora and runs go to `--work` (default `runs/scale`), which needs about
 2.5 times the TSV's size in disk for each N.
 """
@@ -42,6 +47,8 @@ from common import REPO, BenchError, machine, pinned, portable, write_json
 
 _FIRST_STEP = re.compile(r"First step \(step \d+\) done")
 _RATE = re.compile(r"Step \d+ .*?: ([0-9.]+) steps a second")
+# The log lines that time the work before the first step.
+_STAGES = re.compile(r"^(Scanned|Read the scan|Built|Tokenized|Opened) ")
 
 
 def _rotated(sentence: str, by: int) -> str:
@@ -75,9 +82,11 @@ def run_train(args: list[str], cores) -> dict:
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=REPO)
-    first_step, rates, tail = None, [], []
+    first_step, rates, tail, stages = None, [], [], []
     for line in process.stdout:
         tail = (tail + [line.rstrip()])[-40:]
+        if _STAGES.match(line):
+            stages.append(portable(line.strip()))
         if first_step is None and _FIRST_STEP.search(line):
             first_step = time.perf_counter() - started
         if match := _RATE.search(line):
@@ -94,7 +103,37 @@ def run_train(args: list[str], cores) -> dict:
         "steps_per_second": round(rates[len(rates) // 2], 3) if rates else None,
         # ru_maxrss is in KiB on Linux.
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
+        "before_the_first_step": stages,
     }
+
+
+_LEARN = """
+import json, resource, sys, time
+from transformer.data.tokenizers import build_tokenizers
+from transformer.data.tsv import read_tsv
+pairs = read_tsv(sys.argv[1])[: int(sys.argv[2])]
+started = time.perf_counter()
+tokenizers = build_tokenizers(pairs, 8000, kind="sentencepiece", shared=True)
+print(json.dumps({"pairs": len(pairs), "seconds": round(time.perf_counter() - started, 1),
+                  "pieces": int(tokenizers.source.get_vocab_size()),
+                  "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                                        / 2**20, 3)}))
+"""
+
+
+def time_vocabularies(corpus: Path, samples, cores) -> list[dict]:
+    """Learns the vocabulary from the first K pairs of `corpus` for each K."""
+    records = []
+    for size in samples:
+        command = pinned([sys.executable, "-c", _LEARN, str(corpus), str(size)], cores)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        if done.returncode:
+            print(done.stderr[-2000:], file=sys.stderr)
+            raise BenchError(f"learning a vocabulary from {size} pairs failed")
+        records.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(json.dumps(records[-1]), flush=True)
+    return records
 
 
 def disk_mb(path: Path) -> float:
@@ -110,9 +149,21 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "scale")
     parser.add_argument("--train-args", default="", help="more train.py options")
     parser.add_argument("--keep", action="store_true", help="keep the corpora and runs")
+    parser.add_argument("--vocab-samples", type=int, nargs="+",
+                        help="time the vocabulary on these sample sizes instead")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     try:
+        if args.vocab_samples:
+            args.work.mkdir(parents=True, exist_ok=True)
+            corpus = args.work / f"scale_{max(args.vocab_samples)}.tsv"
+            if not corpus.exists():
+                make_corpus(args.base, max(args.vocab_samples), corpus)
+            results = time_vocabularies(corpus, args.vocab_samples, args.cores)
+            if args.json:
+                write_json(args.json, {"machine": machine(), "base": str(args.base),
+                                       "cores": args.cores, "vocabularies": results})
+            return 0
         results = []
         for pairs in args.pairs:
             args.work.mkdir(parents=True, exist_ok=True)

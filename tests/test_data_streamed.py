@@ -90,6 +90,15 @@ def test_reservoir_is_seeded_ordered_and_bounded():
     assert len(first) == 100 and first == sorted(first) and first == draw(0)
     assert first != draw(1)
     assert max(first) > 5000  # late items are drawn too
+    # Every item is as likely to be drawn: 100 items, samples of 10, 2,000 seeds.
+    counts = np.zeros(100)
+    for seed in range(2000):
+        sample = Reservoir(10, seed)
+        for item in range(100):
+            sample.add(item)
+        assert len(set(sample.items())) == 10
+        counts[sample.items()] += 1
+    assert 140 < counts.min() and counts.max() < 260  # 200 each expected, sd about 13
     everything = Reservoir(0, 0)
     for item in range(50):
         everything.add(item)
@@ -115,7 +124,7 @@ def test_streamed_corpus_splits_as_the_in_memory_loader(corpus_file):
 
 
 def test_held_out_pairs_are_found_when_the_candidates_miss_them(corpus_file, monkeypatch):
-    monkeypatch.setattr(streamed, "_candidate_bound", lambda *args: 0)
+    monkeypatch.setattr(streamed, "_candidate_bound", lambda *args: 0)  # no candidate kept
     again = _stream(corpus_file)
     memory = load_tsv_corpus(corpus_file, seed=1, max_held_out=HELD_OUT)
     assert again.valid == memory.valid and again.test == memory.test

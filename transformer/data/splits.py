@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import random
 
 import numpy as np
@@ -119,8 +120,12 @@ def held_out_limits(keys: np.ndarray, valid_fraction: float, test_fraction: floa
 
 
 class Reservoir:
-    """A seeded uniform sample of at most `size` items of a stream (algorithm R),
-    kept in the order the items came; `size` 0 keeps every item.
+    """A seeded uniform sample of at most `size` items of a stream, kept in the
+    order the items came; `size` 0 keeps every item.
+
+    Li's algorithm L (1994): once the sample is full, the index of the next
+    item to take is drawn ahead, so the items passed over cost one
+    comparison each, not a random draw.
 
     >>> sample = Reservoir(3, seed=0)
     >>> for item in range(10):
@@ -134,16 +139,28 @@ class Reservoir:
         self.seen = 0
         self._rng = random.Random(seed)
         self._kept: list[tuple[int, object]] = []
+        self._weight = 1.0
+        self._next = size
 
     def add(self, item) -> None:
         """Offers the next item of the stream."""
         index, self.seen = self.seen, self.seen + 1
         if not self.size or index < self.size:
             self._kept.append((index, item))
+            if index + 1 == self.size:
+                self._draw_next(index)
             return
-        slot = self._rng.randrange(index + 1)
-        if slot < self.size:
-            self._kept[slot] = (index, item)
+        if index == self._next:
+            self._kept[self._rng.randrange(self.size)] = (index, item)
+            self._draw_next(index)
+
+    def _draw_next(self, index: int) -> None:
+        self._weight *= math.exp(math.log(self._random()) / self.size)
+        skip = math.floor(math.log(self._random()) / math.log1p(-self._weight))
+        self._next = index + skip + 1
+
+    def _random(self) -> float:
+        return self._rng.random() or 1e-300  # never log(0)
 
     def items(self) -> list:
         """The sample, in the order the items came."""

@@ -7,10 +7,12 @@ pair, only the 8-byte key that places it in a split
 the few pairs that may be held out. The `Corpus` it returns holds the
 validation and test pairs as lists (a few thousand at most) and the training
 pairs as `SplitPairs`, which streams them from the file again whenever it is
-iterated (to tokenize them once, or to draw subword segmentations).
+iterated (to tokenize them once, or to draw subword segmentations), keeping
+those whose mask (one byte a pair) says they train.
 
-With a `record_dir`, the scan is recorded there (`corpus.json`, and the
-held-out pairs as `valid.tsv` and `test.tsv`), and a later call on the same
+With a `record_dir`, the scan is recorded there (`corpus.json`, the
+held-out pairs as `valid.tsv` and `test.tsv`, and which pairs of the file
+train as a bit a pair, `train_pairs.npy`), and a later call on the same
 file and settings (a resumed run) reads the record instead of scanning:
 only the file's SHA-256 is computed again, to check that it is unchanged.
 """
@@ -29,13 +31,7 @@ import numpy as np
 
 from transformer import rundir
 from transformer.data.corpus import Corpus, Pair
-from transformer.data.splits import (
-    MAX_HELD_OUT,
-    HeldOutLimits,
-    Reservoir,
-    held_out_limits,
-    split_key,
-)
+from transformer.data.splits import MAX_HELD_OUT, Reservoir, held_out_limits, split_key
 from transformer.data.tsv import (
     TsvStats,
     check_tsv_read,
@@ -55,9 +51,10 @@ VOCAB_SAMPLE_PAIRS = 100_000
 
 # The record of a scan in `record_dir`, and its format.
 RECORD_FILE = "corpus.json"
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 _HELD_OUT_FILES = {"valid": "valid.tsv", "test": "test.tsv"}
 _NAMES = {"valid": "validation", "test": "test"}
+_TRAIN_MASK_FILE = "train_pairs.npy"
 
 _CHUNK_BYTES = 1 << 20
 # The pairs kept while scanning, as candidates for the held-out splits: this many
@@ -96,29 +93,29 @@ class SplitPairs:
 
     Args:
         tsv: the `TsvFile`.
-        count: the split's pairs.
-        split: `"train"`, `"valid"` or `"test"`.
-        seed: the seed of `split_key`.
-        limits: the `HeldOutLimits`; None: every pair of the file.
+        mask: bool `(pairs of the file,)`, True for the pairs of the split
+            (one byte a pair); None for every pair, `count` of them.
+        count: the number of pairs, when `mask` is None.
     """
 
-    def __init__(self, tsv: TsvFile, count: int, split: str = "train", seed: int = 0,
-                 limits: HeldOutLimits | None = None):
-        self.tsv, self.count, self.split, self.seed, self.limits = tsv, count, split, seed, limits
+    def __init__(self, tsv: TsvFile, mask: np.ndarray | None = None, count: int = 0):
+        self.tsv, self.mask = tsv, mask
+        self.count = int(mask.sum()) if mask is not None else count
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self):
-        if self.limits is None:
+        if self.mask is None:
             yield from self.tsv.pairs()
             return
-        for pair in self.tsv.pairs():
-            if self.limits.split_of(split_key(pair[0], self.seed)) == self.split:
+        mask = self.mask
+        for index, pair in enumerate(self.tsv.pairs()):
+            if mask[index]:
                 yield pair
 
     def __repr__(self) -> str:
-        return f"SplitPairs({self.tsv.path!r}, {self.split}, {self.count} pairs)"
+        return f"SplitPairs({self.tsv.path!r}, {self.count} pairs)"
 
 
 def stream_tsv_corpus(
@@ -171,7 +168,7 @@ def stream_tsv_corpus(
                 "seed": seed, "fractions": fractions, "max_held_out": max_held_out}
     record = _read_record(record_dir, settings)
     if record is not None:
-        corpus = _corpus_of_record(tsv, record, record_dir, seed)
+        corpus = _corpus_of_record(tsv, record, record_dir)
     else:
         corpus = _scan(tsv, settings, given, vocab_sample)
         if record_dir is not None:
@@ -207,21 +204,24 @@ def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpu
     check_tsv_read(stats)
     warn_shared_sources([(source, "") for source in shared_sources],
                         {_NAMES[split]: pairs for split, pairs in given.items()})
-    limits = None
+    limits = train = None
     held = {"valid": [], "test": []}
     if splitting:
-        limits = held_out_limits(np.frombuffer(keys, np.uint64), fractions["valid"],
-                                 fractions["test"], settings["max_held_out"])
-        del keys
+        keys = np.frombuffer(keys, np.uint64)
+        limits = held_out_limits(keys, fractions["valid"], fractions["test"],
+                                 settings["max_held_out"])
+        # Keys are below 2**64 - 1 in practice; a limit of 2**64 would hold out every pair.
+        train = keys >= np.uint64(min(limits.valid_below, (1 << 64) - 1))
         if limits.valid_below <= bound:
             for key, pair in candidates:
                 split = limits.split_of(key)
                 if split != "train":
                     held[split].append(pair)
         else:  # more pairs share source sentences than the bound allowed for: read again
-            for split in held:
-                held[split] = list(SplitPairs(tsv, limits.counts[split], split, seed, limits))
-    train_count = stats.pairs - len(held["valid"]) - len(held["test"])
+            tests = keys < np.uint64(limits.test_below)
+            held["test"] = list(SplitPairs(tsv, tests))
+            held["valid"] = list(SplitPairs(tsv, ~train & ~tests))
+        del keys
     vocab_pairs = [pair for key, pair in sample.items()
                    if limits is None or limits.split_of(key) == "train"]
     held_out = ", ".join(
@@ -232,9 +232,9 @@ def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpu
         "vocabulary is learnt from %d training pairs%s.", tsv.path, time.perf_counter() - started,
         stats.pairs, held_out, settings["max_held_out"], len(vocab_pairs),
         " (a seeded sample)" if vocab_sample and sample.seen > vocab_sample else "")
-    return Corpus(train=SplitPairs(tsv, train_count, "train", seed, limits),
-                  valid=held["valid"], test=held["test"], skipped_lines=stats.skipped,
-                  vocab_pairs=vocab_pairs, file_sha256={tsv.path: digest.hexdigest()})
+    return Corpus(train=SplitPairs(tsv, train, stats.pairs), valid=held["valid"],
+                  test=held["test"], skipped_lines=stats.skipped, vocab_pairs=vocab_pairs,
+                  file_sha256={tsv.path: digest.hexdigest()})
 
 
 def _candidate_bound(path: str, fractions: dict, max_held_out: int) -> int:
@@ -271,27 +271,32 @@ def _write_record(record_dir, settings: dict, corpus: Corpus) -> None:
     record_dir.mkdir(parents=True, exist_ok=True)
     for split, name in _HELD_OUT_FILES.items():
         write_tsv(getattr(corpus, split), record_dir / name)
-    limits = corpus.train.limits
+    mask = corpus.train.mask
+    if mask is not None:  # a bit a pair
+        def write(path):
+            with open(path, "wb") as handle:  # a handle: np.save would add ".npy" to a name
+                np.save(handle, np.packbits(mask))
+
+        rundir.replace_atomically(record_dir / _TRAIN_MASK_FILE, write)
     rundir.write_json_atomic(record_dir / RECORD_FILE, {
         "settings": settings,
         "sha256": corpus.file_sha256[settings["path"]],
+        "pairs": len(corpus.train) + len(corpus.valid) + len(corpus.test),
         "train_pairs": len(corpus.train),
         "skipped_lines": corpus.skipped_lines,
-        "limits": None if limits is None else [limits.test_below, limits.valid_below],
+        "split": mask is not None,
     })
 
 
-def _corpus_of_record(tsv: TsvFile, record: dict, record_dir, seed: int) -> Corpus:
-    limits = None
+def _corpus_of_record(tsv: TsvFile, record: dict, record_dir) -> Corpus:
     held = {}
     for split, name in _HELD_OUT_FILES.items():
         path = Path(record_dir) / name
         held[split] = read_tsv_with_stats(path)[0] if path.stat().st_size else []
-    if record["limits"] is not None:
-        test_below, valid_below = record["limits"]
-        limits = HeldOutLimits(test_below, valid_below,
-                               {split: len(pairs) for split, pairs in held.items()})
-    return Corpus(train=SplitPairs(tsv, record["train_pairs"], "train", seed, limits),
-                  valid=held["valid"], test=held["test"],
-                  skipped_lines=record["skipped_lines"],
+    mask = None
+    if record["split"]:
+        bits = np.load(Path(record_dir) / _TRAIN_MASK_FILE)
+        mask = np.unpackbits(bits, count=record["pairs"]).astype(bool)
+    return Corpus(train=SplitPairs(tsv, mask, record["train_pairs"]), valid=held["valid"],
+                  test=held["test"], skipped_lines=record["skipped_lines"],
                   file_sha256={tsv.path: record["sha256"]})
