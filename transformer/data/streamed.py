@@ -198,7 +198,7 @@ def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpu
             keys.append(key)
             if key < bound:
                 candidates.append((key, pair))
-        if pair[0] in given_sources:
+        if given_sources and pair[0] in given_sources:
             shared_sources.add(pair[0])
         sample.add((key, pair))
     check_tsv_read(stats)

@@ -108,14 +108,21 @@ def _raw_lines(handle, digest=None) -> Iterator[bytes | None]:
         if digest is not None:
             digest.update(chunk)
         data = pending + chunk
-        # A CR that ends the chunk may be the first half of a CR LF: keep it.
-        end = len(data) - 1 if chunk and data.endswith(b"\r") else len(data)
-        start = 0
-        for match in _LINE_END.finditer(data, 0, end):
-            line = data[start : match.start()]
-            yield None if too_long or len(line) > MAX_LINE_BYTES else line
-            too_long, start = False, match.end()
-        pending = data[start:]
+        if b"\r" in data:
+            # A CR that ends the chunk may be the first half of a CR LF: keep it.
+            end = len(data) - 1 if chunk and data.endswith(b"\r") else len(data)
+            start = 0
+            for match in _LINE_END.finditer(data, 0, end):
+                line = data[start : match.start()]
+                yield None if too_long or len(line) > MAX_LINE_BYTES else line
+                too_long, start = False, match.end()
+            pending = data[start:]
+        else:  # LF ends alone, the usual case: split in C
+            lines = data.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                yield None if too_long or len(line) > MAX_LINE_BYTES else line
+                too_long = False
         if not chunk:
             if pending:
                 yield None if too_long or len(pending) > MAX_LINE_BYTES else pending
