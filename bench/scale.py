@@ -10,7 +10,7 @@ pieces of the real corpus), then runs, as a user would,
 
 and then `--resume` of the same run with a budget B longer. For each run it
 reports the peak memory (RSS of the training process, memory-mapped pages
-included), the seconds from the command's start to the first training step
+included, and its anonymous memory alone, without them), the seconds from the command's start to the first training step
 (TensorFlow's import included), the steps a second after warm-up (the median
 of `train.py`'s own once-a-minute progress lines) and the token budget of a
 step (`batch_tokens`), the disk the run's `tokens/` takes, and the same for
@@ -40,6 +40,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,6 +76,29 @@ def make_corpus(base: Path, pairs: int, output: Path) -> None:
             copy += 1
 
 
+class _PeakAnonymous:
+    """The largest `RssAnon` of a process (KiB), read from /proc twice a second."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._done = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._done.wait(0.5):
+            try:
+                with open(f"/proc/{self.pid}/status", encoding="ascii") as status:
+                    for line in status:
+                        if line.startswith("RssAnon:"):
+                            self.peak = max(self.peak, int(line.split()[1]))
+            except OSError:
+                return
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+
+
 def run_train(args: list[str], cores) -> dict:
     """Runs train.py; returns its peak RSS, the seconds to its first step, its
     steps a second after warm-up and the tail of its output."""
@@ -82,6 +106,7 @@ def run_train(args: list[str], cores) -> dict:
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=REPO)
+    anonymous = _PeakAnonymous(process.pid)
     first_step, rates, tail, stages = None, [], [], []
     for line in process.stdout:
         tail = (tail + [line.rstrip()])[-40:]
@@ -92,6 +117,7 @@ def run_train(args: list[str], cores) -> dict:
         if match := _RATE.search(line):
             rates.append(float(match.group(1)))
     _, status, usage = os.wait4(process.pid, 0)
+    anonymous.stop()
     if os.waitstatus_to_exitcode(status):
         print("\n".join(tail), file=sys.stderr)
         raise BenchError(f"train.py failed: {portable(' '.join(command))}")
@@ -103,6 +129,8 @@ def run_train(args: list[str], cores) -> dict:
         "steps_per_second": round(rates[len(rates) // 2], 3) if rates else None,
         # ru_maxrss is in KiB on Linux.
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
+        # Without file-backed pages (the memory-mapped token files, the libraries).
+        "peak_anonymous_gib": round(anonymous.peak / 2**20, 3),
         "before_the_first_step": stages,
     }
 

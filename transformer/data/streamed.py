@@ -114,6 +114,13 @@ class SplitPairs:
             if mask[index]:
                 yield pair
 
+    def identity(self) -> dict:
+        """What these pairs are, for a cache of them: the scan's format and a
+        digest of which pairs of the file they are."""
+        mask = b"" if self.mask is None else np.packbits(self.mask).tobytes()
+        return {"scan_format": RECORD_FORMAT, "pairs": self.count,
+                "mask_sha256": hashlib.sha256(mask).hexdigest()}
+
     def __repr__(self) -> str:
         return f"SplitPairs({self.tsv.path!r}, {self.count} pairs)"
 

@@ -46,9 +46,13 @@ def tokenizers_digest(tokenizers) -> str:
 def training_tokens(directory, pairs, tokenizers, max_tokens: int,
                     fingerprint: dict) -> TokenizedPairs:
     """The training `pairs` tokenized in `directory`: its files when their
-    manifest names this data, these tokenizers and `max_tokens`, else made now."""
-    key = {"format": FORMAT, "data": fingerprint, "tokenizers": tokenizers_digest(tokenizers),
-           "max_tokens": max_tokens}
+    manifest names this data, these pairs of it (`SplitPairs.identity`), these
+    tokenizers and `max_tokens`, else made now."""
+    # A streamed split says which pairs of the file it holds; a list is the
+    # fingerprinted data itself.
+    pairs_identity = pairs.identity() if hasattr(pairs, "identity") else {"pairs": len(pairs)}
+    key = {"format": FORMAT, "data": fingerprint, "pairs": pairs_identity,
+           "tokenizers": tokenizers_digest(tokenizers), "max_tokens": max_tokens}
     return _made_or_opened(Path(directory), key, lambda: tokenize_pairs(
         pairs, tokenizers, max_tokens, directory=directory))
 
