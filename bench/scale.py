@@ -44,7 +44,9 @@ import threading
 import time
 from pathlib import Path
 
-from common import REPO, BenchError, machine, pinned, portable, write_json
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # `transformer`, for machine()
+
+from common import REPO, BenchError, machine, pinned, portable, write_json  # noqa: E402
 
 _FIRST_STEP = re.compile(r"First step \(step \d+\) done")
 _RATE = re.compile(r"Step \d+ .*?: ([0-9.]+) steps a second")
@@ -203,8 +205,10 @@ def main(argv=None) -> int:
                        "--output-dir", str(run), *args.train_args.split()]
             first = run_train(options, args.cores)
             config = json.loads((run / "config.json").read_text())
-            budget_seconds = config["time_budget"]
-            resumed = run_train([*options[:3], f"{2 * budget_seconds:.0f}", *options[4:],
+            # The budget counts validation too: the resume gets the run's time so far and more.
+            spent = json.loads((run / "metrics.json").read_text())["train_seconds"]
+            budget_seconds = spent + config["time_budget"]
+            resumed = run_train([*options[:3], f"{budget_seconds:.0f}", *options[4:],
                                  "--resume"], args.cores)
             record = {"pairs": pairs, "tsv_mb": round(corpus.stat().st_size / 1e6, 1),
                       "batch_tokens": config["batch_tokens"],
