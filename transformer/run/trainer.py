@@ -53,12 +53,7 @@ from transformer.run.callbacks import (
 )
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
 from transformer.run.config import RunConfig
-from transformer.run.config_format import (
-    check_resumable,
-    read_config,
-    resumed_with,
-    write_config,
-)
+from transformer.run.config_format import check_resumable, read_config, resumed_with, write_config
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
