@@ -1,11 +1,13 @@
-"""Decoding speed, one entry point with two modes:
+"""Decoding speed, one entry point with three modes:
 
 - `engines`: a trained run's test split decoded by translate.py's TensorFlow
   engine and by CTranslate2 (float32, int8), one and two cores, greedy and
   beam 4: sentences a second, start-up, BLEU and agreement
   (`bench/speed/engines.py`);
 - `cached`: the cached greedy decoder against the tutorial's loop, which
-  re-runs the whole model every step (`bench/speed/cached.py`).
+  re-runs the whole model every step (`bench/speed/cached.py`);
+- `serve`: `transformer-serve` under 1, 8 and 32 concurrent clients against
+  the engine called directly (`bench/speed/serve_load.py`).
 
 Example:
 
@@ -25,6 +27,7 @@ from common import run_mode  # noqa: E402
 MODES = {
     "engines": ("speed.engines", "TensorFlow against CTranslate2 on a run's test split"),
     "cached": ("speed.cached", "cached greedy decoding against the tutorial's loop"),
+    "serve": ("speed.serve_load", "transformer-serve under load against the engine itself"),
 }
 
 

@@ -27,7 +27,7 @@ from transformer.data.batching import TokenizedPairs, token_budget_batches
 from transformer.decoding import naive_greedy_decode
 from transformer.model import build_model
 from transformer.run.checkpoints import average_last_checkpoints
-from transformer.run.trainer import _train_stream
+from transformer.run.fitting import train_stream as _train_stream
 from transformer.rundir import CONFIG_FILE
 from transformer.search import sample_search
 from transformer.strategies import Beam, Greedy, evaluation_strategy, run_strategy

@@ -177,7 +177,7 @@ def _numbered_pairs(variants=1, from_pass=0):
 
 def _stream_ids(tokens, start_step=0, batches=None):
     """The pairs' ids of each batch `fit` reads from `start_step` on (the trainer's stream)."""
-    from transformer.run.trainer import _train_stream
+    from transformer.run.fitting import train_stream as _train_stream
 
     stream = _train_stream(tokens, _BUDGET, 32, 0, start_step)
     return [batch[0][0][:, 1].numpy().tolist() for batch in stream.take(batches)]
@@ -218,7 +218,7 @@ def test_drawn_segmentations_are_read_from_the_first_whole_pass_after_the_decisi
         pass_starts, tmp_path, after):
     """Decided at the end of the first epoch (the first pass), or later within a
     pass or at its end, the plan's draws begin exactly at the next pass the stream begins."""
-    from transformer.run.trainer import _fit_calls
+    from transformer.run.fitting import fit_calls as _fit_calls
 
     config = _config(batch_tokens=_BUDGET, seed=0, steps_per_epoch=pass_starts[1],
                      subword_sampling=0.5)

@@ -414,7 +414,7 @@ def test_shared_vocabulary_and_fitted_warmup_run_end_to_end(tiny_tsv, tmp_path):
 
 
 def test_fit_calls_finish_an_interrupted_epoch_then_fit_the_rest():
-    from transformer.run.trainer import _fit_calls
+    from transformer.run.fitting import fit_calls as _fit_calls
 
     assert _fit_calls(0, 10, 3) == [(0, 3, 10, 0)]  # a new run: one call
     assert _fit_calls(20, 10, 3) == [(2, 3, 10, 20)]  # stopped between epochs

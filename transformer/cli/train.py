@@ -42,6 +42,7 @@ from transformer.cli.common import (
 )
 from transformer.kernels.allocator import use_fast_allocators
 from transformer.model_config import PRESETS, TransformerConfig
+from transformer.run.adapt import parent_model
 from transformer.run.config import RESUMABLE_FIELDS, RunConfig
 from transformer.run.config_format import resume_config
 from transformer.run.recipes import (
@@ -232,7 +233,9 @@ def config_of_choices(choices: dict) -> RunConfig:
     values = dict(choices)
     model_keys = {f.name for f in dataclasses.fields(TransformerConfig)}
     overrides = {key: values.pop(key) for key in list(values) if key in model_keys}
-    if overrides:
+    if overrides and values.get("init_from"):  # checked against the parent's model
+        values["model"] = parent_model(values["init_from"], **overrides)
+    elif overrides:
         dataset, data = values.get("dataset", "toy"), values.get("data")
         preset = values.get("preset") or dataset_defaults(dataset, data)["preset"]
         values["model"] = default_model(preset, dataset, data, **overrides)

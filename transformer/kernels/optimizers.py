@@ -15,13 +15,16 @@ models and checkpoints of earlier versions load and resume.
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
 __all__ = [
     "AveragingAdam",
     "FusedAdam",
+    "keeps_moving_average",
     "learning_rate_schedule",
+    "swap_moving_average",
     "use_moving_average",
 ]
 
@@ -122,21 +125,55 @@ class AveragingAdam(FusedAdam):
         """Leaves the weights as they are (see the class docstring)."""
 
 
-def use_moving_average(model) -> None:
-    """Sets the model's trainable weights to the moving average its optimizer
-    kept (`AveragingAdam`, also inside the `LossScaleOptimizer` that
-    `mixed_float16` wraps it in).
-
-    Raises:
-        ValueError: the model's optimizer keeps no moving average.
-    """
+def _averaging_optimizer(model) -> AveragingAdam:
+    """The model's `AveragingAdam` (also inside the `LossScaleOptimizer` that
+    `mixed_float16` wraps it in); a `ValueError` when it keeps no moving average."""
     optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
     if not (isinstance(optimizer, AveragingAdam) and optimizer.use_ema):
         raise ValueError(
             "Expected a model compiled with `transformer.training.make_optimizer(..., ema_momentum > 0)`, which "
             f"keeps a moving average of the weights. Received: optimizer={optimizer!r}"
         )
+    return optimizer
+
+
+def keeps_moving_average(model) -> bool:
+    """Whether the model's optimizer keeps a moving average of its weights."""
+    try:
+        _averaging_optimizer(model)
+    except ValueError:
+        return False
+    return True
+
+
+def use_moving_average(model) -> None:
+    """Sets the model's trainable weights to the moving average its optimizer kept.
+
+    Raises:
+        ValueError: the model's optimizer keeps no moving average.
+    """
+    optimizer = _averaging_optimizer(model)
     optimizer._overwrite_model_variables_with_average_value(model.trainable_variables)
+
+
+def swap_moving_average(model) -> None:
+    """Exchanges the model's trainable weights and the moving average its
+    optimizer keeps; a second call puts both back exactly (assignments copy
+    values unchanged), so validation can score the average mid-run without
+    changing what training continues from.
+
+    Raises:
+        ValueError: the model's optimizer keeps no moving average.
+    """
+    optimizer = _averaging_optimizer(model)
+    for var, average in zip(model.trainable_variables,
+                            optimizer._model_variables_moving_average, strict=True):
+        if average is None:
+            continue
+        # A copy: a tensor read from `var` may share its buffer, which the assignment overwrites.
+        weights = np.array(ops.convert_to_numpy(var))
+        var.assign(average)
+        average.assign(weights)
 
 
 def learning_rate_schedule(optimizer):

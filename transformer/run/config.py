@@ -60,6 +60,8 @@ RESUMABLE_FIELDS = frozenset(
         "eval_batch_size",
         "eval_beam_size",
         "average_checkpoints",
+        "restore_best_weights",
+        "patience",
         "num_examples",
         "output_dir",
         "download",
@@ -175,6 +177,11 @@ class RunConfig:
         kind="choice", choices=tuple(sorted(PRESETS)),
         default_help="{toy[preset]} for the toy corpus, {corpus[preset]} otherwise; "
         "{presets}")
+    init_from: str | None = setting(
+        None, "adapt a trained run: start from the weights RUN delivered and its "
+        "vocabulary, with a fresh optimizer and schedule, on --data; the model and "
+        "vocabulary settings come from RUN (another value is an error)", section="model",
+        metavar="RUN")
     # The preset's `TransformerConfig` with the model options applied
     # (`default_model`); its fields are options of their own.
     model: TransformerConfig | None = setting(None, "the model's sizes", section="model",
@@ -228,6 +235,13 @@ class RunConfig:
         "(section 6.1 of the paper; in short runs that were still improving it lowered "
         "BLEU, see BENCHMARKS.md); 1 keeps the final weights", section="schedule",
         kind="positive_int", metavar="N")
+    restore_best_weights: bool = setting(
+        False, "end the run with the weights of its lowest validation loss (of their moving "
+        "average, with --ema-momentum) instead of its last; either way the best are kept in "
+        "best.weights.h5 of the run directory", section="schedule", kind="switch")
+    patience: int = setting(
+        0, "stop training after N epochs without a lower validation loss; 0 never stops "
+        "early", section="schedule", kind="non_negative_int", metavar="N")
     ema_momentum: float | None = setting(
         None, "the trained model is an exponential moving average of the weights, "
         "updated after every step as average = m * average + (1 - m) * weights with "

@@ -28,6 +28,9 @@ The versions, and what an older file means for the fields it lacks:
     split its validation or test pairs off `--data` held out other pairs, so
     it cannot be resumed; an older run with both files given resumes with the
     current defaults of both fields (its vocabulary is saved, its files whole).
+13. `restore_best_weights`, `patience` (older: the last weights, no early
+    stop), `init_from` and, for a run started from another, the record of
+    it (`transformer.run.adapt.PARENT_KEY`).
 """
 
 from __future__ import annotations
@@ -39,14 +42,15 @@ from transformer import rundir
 from transformer.constants import PAPER_LEARNING_RATE
 from transformer.data.splits import MAX_HELD_OUT
 from transformer.data.streamed import VOCAB_SAMPLE_PAIRS
+from transformer.run.adapt import PARENT_KEY
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
 
-CONFIG_FORMAT_VERSION = 12
+CONFIG_FORMAT_VERSION = 13
 
 # Keys of config.json that are facts about the run rather than settings.
 FACT_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version",
-                       FINGERPRINT_KEY})
+                       FINGERPRINT_KEY, PARENT_KEY})
 
 # Version -> the values an older file's missing fields had (files of a version
 # below the key lack them).
@@ -59,6 +63,7 @@ _ADDED = (
     (9, {"subword_sampling": 0.0}),
     (11, {"decay": "inverse_sqrt"}),
     (12, {"max_held_out": MAX_HELD_OUT, "vocab_sample": VOCAB_SAMPLE_PAIRS}),
+    (13, {"restore_best_weights": False, "patience": 0, "init_from": None}),
 )
 
 
@@ -122,13 +127,16 @@ def load_config(run_dir) -> RunConfig:
 
 
 def write_config(run_dir, config: RunConfig, input_vocab_size: int, target_vocab_size: int,
-                 fingerprint: dict) -> None:
+                 fingerprint: dict, parent: dict | None = None) -> None:
     """Writes `config.json` once, when the run's config is resolved: the settings,
-    the vocabulary sizes, the data's fingerprint and the format version."""
+    the vocabulary sizes, the data's fingerprint, the format version and, for a
+    run started from another, the record of that one (`parent`)."""
     record = config.to_dict()
     record.update(input_vocab_size=input_vocab_size, target_vocab_size=target_vocab_size,
                   format_version=CONFIG_FORMAT_VERSION)
     record[FINGERPRINT_KEY] = fingerprint
+    if parent is not None:
+        record[PARENT_KEY] = parent
     rundir.write_json_atomic(Path(run_dir) / rundir.CONFIG_FILE, record)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from transformer.constants import DECAYS_TO_ZERO, PAPER_LEARNING_RATE
 from transformer.model_config import TransformerConfig
+from transformer.run.adapt import INHERITED_FIELDS, inherited_settings
 from transformer.run.precision import default_precision
 
 TOY_DEFAULTS = {
@@ -232,17 +233,24 @@ def recipe_defaults(config) -> dict[str, Any]:
     model defaults, its embeddings tied with one vocabulary."""
     defaults = dataset_defaults(config.dataset, config.data)
     filled: dict[str, Any] = {}
-    unigram = (config.tokenizer or defaults["tokenizer"],
-               config.subword_model or defaults["subword_model"]) == ("sentencepiece", "unigram")
+    if config.init_from and (config.model is None or any(
+            getattr(config, name) is None for name in INHERITED_FIELDS)):
+        filled.update(inherited_settings(config))  # the vocabulary and model of the parent
+
+    def chosen(name):
+        return filled.get(name, getattr(config, name))
+
+    unigram = (chosen("tokenizer") or defaults["tokenizer"],
+               chosen("subword_model") or defaults["subword_model"]) == ("sentencepiece", "unigram")
     if config.subword_sampling is None and not unigram:
         # Only a unigram model draws segmentations by their probability.
         filled["subword_sampling"] = 0.0
-    if config.vocab_size is None and not _is_toy(config.dataset, config.data):
+    if chosen("vocab_size") is None and not _is_toy(config.dataset, config.data):
         filled["vocab_size"] = corpus_vocab_size(config.time_budget)  # the budget decides
     for name, value in defaults.items():
         if getattr(config, name) is None and name not in filled:
             if name == "shared_vocab":  # only SentencePiece learns one vocabulary
-                tokenizer = filled.get("tokenizer", config.tokenizer)
+                tokenizer = chosen("tokenizer")
                 value = value and tokenizer == "sentencepiece"
             if name == "ema_momentum" and ((isinstance(config.average_checkpoints, int)
                                             and config.average_checkpoints > 1)
@@ -252,14 +260,14 @@ def recipe_defaults(config) -> dict[str, Any]:
                 # over a short run still holds weights from before the fall.
                 value = 0.0
             filled[name] = value
-    if config.lower_case is None:
-        filled["lower_case"] = filled.get("tokenizer", config.tokenizer) == "wordpiece"
-    model = config.model
+    if chosen("lower_case") is None:
+        filled["lower_case"] = chosen("tokenizer") == "wordpiece"
+    model = chosen("model")
     if model is None:
         model = default_model(filled.get("preset", config.preset), config.dataset, config.data)
     elif isinstance(model, dict):
         model = TransformerConfig.from_dict(model)
-    shared = filled.get("shared_vocab", config.shared_vocab)
+    shared = chosen("shared_vocab")
     if model.tie_embeddings != shared:
         # Tied embeddings need the one vocabulary; one vocabulary ties them.
         model = dataclasses.replace(model, tie_embeddings=shared)

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,18 +27,17 @@ from transformer.data.batching import (
     TokenizedPairs,
     batches_from_tokens,
     batches_per_pass,
-    budget_batches_from_tokens,
-    fixed_batches_from_tokens,
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
 from transformer.data.loading import training_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.kernels.allocator import use_fast_allocators
-from transformer.kernels.multiworker import multi_worker_fit_workaround
 from transformer.kernels.optimizers import learning_rate_schedule
 from transformer.model import build_model
 from transformer.run import sampling
+from transformer.run.adapt import load_parent_weights, parent_facts
+from transformer.run.best import KeepBest, ValidateMovingAverage, read_best, restore_best
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
@@ -57,6 +55,7 @@ from transformer.run.config_format import check_resumable, read_config, resumed_
 from transformer.run.distribute import is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
+from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
 from transformer.run.token_files import training_tokens
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
@@ -169,11 +168,14 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         keras.mixed_precision.set_global_policy(config.precision)
         if session.chief:  # once the data are ready: a run with config.json can resume
             write_config(session.run_dir, config, data.input_vocab_size,
-                         data.target_vocab_size, data.fingerprint)
+                         data.target_vocab_size, data.fingerprint,
+                         parent_facts(config.init_from) if config.init_from else None)
         state = _build_model(session, config, data)
         history, final_step = _fit(session, config, data, state, verbose)
         average_weights(state.checkpoint, state.checkpoint_manager,
                         config.average_checkpoints, config.ema_momentum)
+        if config.restore_best_weights:
+            restore_best(state.model, session.write_dir)
         fingerprint = _save_model(session, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
@@ -318,7 +320,7 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
     if corpus.valid:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
         valid_batches = batches_from_tokens(
-            valid_tokens, config.batch_size, shuffle=False).with_options(_sharding_options())
+            valid_tokens, config.batch_size, shuffle=False).with_options(sharding_options())
     return _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -372,6 +374,10 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
         model, session.write_dir / rundir.CHECKPOINTS_DIR, config.average_checkpoints,
         resume_from=session.resume_from,
     )
+    if config.init_from and session.resume_from is None:
+        load_parent_weights(model, config.init_from)
+        logger.info("Weights: those %s delivered; the optimizer and schedule start anew.",
+                    config.init_from)
     initial_step = optimizer_step(model.optimizer)
     logger.info(
         "Model: %s, %s parameters, %s precision; %d steps per epoch of %s.",
@@ -400,8 +406,8 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     """
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
     clock = state.clock
-    fitter = _Fitter(session, config, data.valid_batches, state.model,
-                     _callbacks(session, config, state), verbose)
+    fitter = Fitter(session.strategy, session.chief, config, data.valid_batches, state.model,
+                    _callbacks(session, config, state), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
     if step >= total_steps:
@@ -412,7 +418,7 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
                     session.run_dir, format_seconds(config.time_budget), step)
     else:
         pairs = data.train_tokens
-        for first_epoch, last_epoch, steps, start_step in _fit_calls(
+        for first_epoch, last_epoch, steps, start_step in fit_calls(
                 step, steps_per_epoch, config.epochs, sampling.may_sample(config, pairs)):
             if clock.exhausted:
                 break
@@ -424,28 +430,6 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
         logger.info("Trained %d steps in %.0f s.", final_step - state.initial_step,
                     time.perf_counter() - train_started)
     return fitter.history, final_step
-
-
-def _fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -> list:
-    """The `fit` calls from `step` on, as `(first_epoch, last_epoch, steps, start_step)`:
-    the rest of an interrupted epoch (or with `first_alone`, of the first) first,
-    then the remaining epochs.
-
-    >>> _fit_calls(0, 10, 3)
-    [(0, 3, 10, 0)]
-    >>> _fit_calls(14, 10, 3)
-    [(1, 2, 6, 14), (2, 3, 10, 20)]
-    >>> _fit_calls(0, 10, 3, first_alone=True)
-    [(0, 1, 10, 0), (1, 3, 10, 10)]
-    """
-    epoch, offset = divmod(step, steps_per_epoch)
-    calls = []
-    if offset or (first_alone and epoch == 0):
-        calls.append((epoch, epoch + 1, steps_per_epoch - offset, step))
-        epoch, step = epoch + 1, (epoch + 1) * steps_per_epoch
-    if epoch < epochs:
-        calls.append((epoch, epochs, steps_per_epoch, step))
-    return calls
 
 
 def _save_model(session: _Session, model, final_step: int) -> str:
@@ -519,6 +503,13 @@ def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus):
     tokenizers_dir = session.run_dir / rundir.TOKENIZERS_DIR
     if session.resuming and tokenizers_dir.is_dir():
         return load_tokenizers(tokenizers_dir)
+    if config.init_from:  # the parent's vocabulary, copied into this run
+        parent_dir = Path(config.init_from) / rundir.TOKENIZERS_DIR
+        logger.info("Vocabulary: %s's.", parent_dir)
+        if session.chief:
+            shutil.rmtree(tokenizers_dir, ignore_errors=True)
+            shutil.copytree(parent_dir, tokenizers_dir)
+        return load_tokenizers(parent_dir)
     logger.info("Vocabulary: %s, at most %d pieces%s.", config.tokenizer, config.vocab_size,
                 ", shared by both languages" if config.shared_vocab else " per language")
     learn_params = config.tokenizer_learn_params
@@ -550,36 +541,13 @@ def _training_pairs(session: _Session, config: RunConfig, data: _Data,
                                 session.write_dir / rundir.TOKENS_DIR)
 
 
-def _sharding_options() -> tf.data.Options:
-    """Each worker of a multi-worker run reads its share of every batch."""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return options
-
-
-def _train_stream(tokens: TokenizedPairs, batch_tokens: int, batch_size: int, seed: int,
-                  start_step: int) -> tf.data.Dataset:
-    """One seeded stream of shuffled passes over the training pairs, in batches of
-    at most `batch_tokens` tokens (or with 0, of `batch_size` pairs); resuming
-    skips what was seen.
-
-    Pass `p`'s order is a function of `(seed, p)` for both kinds of batches, so
-    the stream is the same however often it is built or iterated.
-    """
-    if batch_tokens:
-        stream = budget_batches_from_tokens(tokens, batch_tokens, seed, start_step=start_step)
-    else:
-        stream = fixed_batches_from_tokens(tokens, batch_size, seed, start_step=start_step)
-    return stream.with_options(_sharding_options())
-
-
 def _callbacks(session: _Session, config: RunConfig,
                state: _ModelState) -> list[keras.callbacks.Callback]:
     """The callbacks of `fit`, in order: the NaN stop and the clock come before
     the checkpoint saver."""
     run_dir = session.run_dir
     callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), state.clock,
-                 ProgressLog(session.started, config.steps_per_epoch)]
+                 ProgressLog(session.started, config.steps_per_epoch), ValidateMovingAverage()]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
         rundir.truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
@@ -590,6 +558,7 @@ def _callbacks(session: _Session, config: RunConfig,
     # The progress bar (when shown) finishes its line before the summary.
     callbacks.append(keras.callbacks.ProgbarLogger())
     callbacks.append(EpochSummary(config.epochs, state.clock))
+    callbacks.append(KeepBest(session.write_dir, config.patience, read_best(session.write_dir)))
     if session.chief:
         # Epoch scalars only: train/ and validation/ event files, at step = epoch index.
         callbacks.append(keras.callbacks.TensorBoard(
@@ -597,53 +566,3 @@ def _callbacks(session: _Session, config: RunConfig,
             profile_batch=0,
         ))
     return callbacks
-
-
-def _create_metric_variables(model, batches: tf.data.Dataset) -> None:
-    """Creates the compiled metrics' variables before `fit` traces its step.
-
-    Keras creates them while it traces the first training step, and a
-    `tf.function` that creates variables is traced twice, which delays the
-    first step by a whole extra trace. Evaluating one batch creates them
-    first (and traces the evaluation step, which validation traces anyway).
-    """
-    model.evaluate(batches.take(1), steps=1, verbose=0)
-
-
-class _Fitter:
-    """Calls `model.fit` for a range of epochs and gathers the history of the calls."""
-
-    def __init__(self, session: _Session, config: RunConfig, valid_batches, model, callbacks,
-                 verbose):
-        self.strategy = session.strategy
-        self.batches = (config.batch_tokens, config.batch_size, config.seed)
-        self.model = model
-        if verbose == "auto":  # a progress bar on a terminal only
-            verbose = int(hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
-        self.fit_args = dict(
-            validation_data=valid_batches,
-            callbacks=callbacks,
-            verbose=int(verbose) if session.chief else 0,
-        )
-        self.history: dict[str, list[float]] = {}
-        self._metric_variables_created = False
-
-    def fit(self, tokens: TokenizedPairs, first_epoch: int, last_epoch: int, steps: int,
-            start_step: int) -> None:
-        """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps over
-        `tokens`' stream, from `start_step`."""
-        stream = _train_stream(tokens, *self.batches, start_step)
-        with multi_worker_fit_workaround(self.model, self.strategy, tokens):
-            if not self._metric_variables_created:  # once, even when a resume fits twice
-                _create_metric_variables(self.model, stream)
-                self._metric_variables_created = True
-            fitted = self.model.fit(
-                stream,
-                initial_epoch=first_epoch,
-                epochs=last_epoch,
-                steps_per_epoch=steps,
-                shuffle=False,  # the stream is shuffled, seeded, by batches_from_tokens
-                **self.fit_args,
-            )
-        for key, values in fitted.history.items():
-            self.history.setdefault(key, []).extend(float(v) for v in values)

@@ -1,0 +1,160 @@
+"""`bench/decode_speed.py serve`: `transformer-serve` under load, against the engine called directly.
+
+Starts `transformer-serve RUN --port 0` on 127.0.0.1 (pinned to `--server-cores`),
+then for each number of concurrent clients (`--clients`, default 1, 8 and 32;
+threads of this process, pinned to `--client-cores`) sends requests of one
+test sentence each until `--requests` are answered or `--seconds` have passed,
+and reports sentences a second and the p50 and p99 latency. The reference,
+in its own process on the server's cores: the same engine called directly
+on the same sentences, one at a time and in batches of `--max-batch`.
+
+    python bench/decode_speed.py serve --run RUN --test ui-es-en/test.tsv --name ui
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from common import REPO, RESULTS, BenchError, machine, pinned, read_pairs, worker_json, write_json
+
+
+def _post(url: str, sentence: str) -> float:
+    """Seconds one request took; raises on any answer but 200."""
+    body = json.dumps({"text": sentence}).encode()
+    started = time.perf_counter()
+    request = urllib.request.Request(url, data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        if response.status != 200:
+            raise BenchError(f"the server answered {response.status}")
+        response.read()
+    return time.perf_counter() - started
+
+
+def load(url: str, sentences: list[str], clients: int, requests: int, seconds: float) -> dict:
+    """`clients` threads sending one sentence per request, until `requests` are
+    answered or `seconds` pass; sentences a second and latency percentiles."""
+    latencies: list[float] = []
+    lock, errors = threading.Lock(), []
+    deadline = time.perf_counter() + seconds
+    counter = iter(range(requests))
+
+    def client():
+        while time.perf_counter() < deadline:
+            with lock:
+                index = next(counter, None)
+            if index is None:
+                return
+            try:
+                took = _post(url, sentences[index % len(sentences)])
+            except Exception as err:  # noqa: BLE001 - reported below
+                errors.append(repr(err))
+                return
+            with lock:
+                latencies.append(took)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    if errors:
+        raise BenchError(f"{len(errors)} requests failed, e.g. {errors[0]}")
+    latencies.sort()
+    return {"clients": clients, "requests": len(latencies), "seconds": round(wall, 2),
+            "sentences per second": round(len(latencies) / wall, 2),
+            "p50 ms": round(1000 * statistics.median(latencies), 1),
+            "p99 ms": round(1000 * latencies[min(len(latencies) - 1,
+                                                 int(0.99 * len(latencies)))], 1)}
+
+
+def direct_worker(args) -> dict:
+    """The engine called in this process: one sentence a call, then batches."""
+    from transformer.serve import load_engine, request_search
+
+    sentences = [source for source, _ in read_pairs(args.test, args.requests)]
+    engine = load_engine(args.run, args.engine)
+    search = request_search({}, args.run)
+    engine(sentences[:4], search, None)  # traced before it is timed
+    started = time.perf_counter()
+    for sentence in sentences:
+        engine([sentence], search, None)
+    one = time.perf_counter() - started
+    started = time.perf_counter()
+    for at in range(0, len(sentences), args.max_batch):
+        engine(sentences[at:at + args.max_batch], search, None)
+    batched = time.perf_counter() - started
+    return {"sentences": len(sentences),
+            "one a call, sentences per second": round(len(sentences) / one, 2),
+            f"batches of {args.max_batch}, sentences per second":
+                round(len(sentences) / batched, 2)}
+
+
+def driver(args) -> int:
+    sentences = [source for source, _ in read_pairs(args.test, args.requests)]
+    before = machine()
+    command = pinned([sys.executable, "-m", "transformer.cli.serve", str(args.run), "--port",
+                      "0", "--engine", args.engine, "--max-batch", str(args.max_batch)],
+                     args.server_cores)
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        line = server.stdout.readline()
+        if not line.startswith("Serving "):
+            raise BenchError("the server did not start")
+        url = line.strip().rsplit(" ", 1)[-1] + "translate"
+        _post(url, sentences[0])  # traced before it is timed
+        loads = []
+        for clients in args.clients:
+            loads.append(load(url, sentences, clients, args.requests, args.seconds))
+            print(json.dumps(loads[-1]), flush=True)
+    finally:
+        server.terminate()
+        server.wait(60)
+    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(args.run),
+                                 "--test", str(args.test), "--requests", str(args.requests),
+                                 "--engine", args.engine, "--max-batch", str(args.max_batch),
+                                 "--worker"], args.server_cores), None, "the direct engine")
+    print(json.dumps(direct), flush=True)
+    name = f"serve_{args.engine}" + (f"_{args.name}" if args.name else "")
+    write_json(RESULTS / f"{name}.json", {
+        "machine_before": before, "machine_after": machine(), "engine": args.engine,
+        "server_cores": args.server_cores, "client_cores": args.client_cores,
+        "max_batch": args.max_batch, "loads": loads, "direct": direct,
+        "command": "python bench/decode_speed.py serve " + " ".join(sys.argv[2:])})
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", type=Path, required=True, help="a run directory (train.py)")
+    parser.add_argument("--test", type=Path, required=True,
+                        help="a TSV whose sources are the requests")
+    parser.add_argument("--engine", choices=("tensorflow", "ctranslate2"), default="tensorflow")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=400,
+                        help="requests per number of clients, at most")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="seconds per number of clients, at most")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--server-cores", default="0")
+    parser.add_argument("--client-cores", default="1")
+    parser.add_argument("--name", default="", help="suffix of the results file")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+
+
+def run(args, parser=None) -> int:
+    if args.worker:
+        print(json.dumps(direct_worker(args)))
+        return 0
+    import os
+
+    os.sched_setaffinity(0, {int(core) for core in str(args.client_cores).split(",")})
+    return driver(args)

@@ -1,0 +1,115 @@
+"""Adapting a trained run to new text: `--init-from RUN`.
+
+A new run (its own directory, its own data) starts from the weights that
+RUN delivered (`model.keras`: its moving average, or its best or averaged
+weights, as RUN chose) and from RUN's tokenizers, with a fresh optimizer and
+learning-rate schedule. The settings that make the model and its vocabulary
+(`INHERITED_FIELDS` and the model's sizes) come from RUN's `config.json`; a
+choice that contradicts them is refused in one line. Everything else (the
+data, the schedule, the batches, the budget) is the new run's own, with the
+recipe's defaults. The new run's `config.json` names RUN and the
+fingerprints of RUN's weights and data (`PARENT_KEY`).
+
+Text outside RUN's vocabulary is tokenized as its tokenizer does with any
+text: SentencePiece splits an unseen word into known pieces down to single
+characters, and a character it never saw becomes the unknown piece.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from transformer import rundir
+
+# The settings a run started from RUN takes from RUN: its vocabulary and model.
+INHERITED_FIELDS = ("preset", "tokenizer", "subword_model", "vocab_size", "shared_vocab",
+                    "lower_case", "max_tokens")
+# The key of config.json that names the parent run.
+PARENT_KEY = "init_from_run"
+
+
+def parent_run(run_dir) -> tuple[Any, dict]:
+    """The `RunConfig` and the `config.json` record of a finished run to start from.
+
+    Raises:
+        transformer.rundir.RunDirError: `run_dir` is not a finished run (no
+            config.json, model.keras or tokenizers), in one line.
+    """
+    from transformer.run.config_format import read_config
+
+    run_dir = Path(run_dir)
+    if not (run_dir / rundir.CONFIG_FILE).is_file():
+        raise rundir.RunDirError(
+            f"--init-from {str(run_dir)!r}: not a run directory (it has no "
+            f"{rundir.CONFIG_FILE}).")
+    for needed in (rundir.MODEL_FILE, rundir.TOKENIZERS_DIR):
+        if not (run_dir / needed).exists():
+            raise rundir.RunDirError(
+                f"--init-from {str(run_dir)!r}: the run has no {needed}, so it has not "
+                "finished; finish it with --resume first.")
+    return read_config(run_dir)
+
+
+def inherited_settings(config) -> dict[str, Any]:
+    """The values `config` (a `RunConfig` being made, with `init_from`) takes
+    from its parent run: every inherited field it leaves None, and the model.
+
+    Raises:
+        ValueError: `config` sets an inherited field, or a model size, to
+            another value than the parent's (naming both).
+    """
+    parent, _ = parent_run(config.init_from)
+    inherited = {}
+    for name in INHERITED_FIELDS:
+        given, theirs = getattr(config, name), getattr(parent, name)
+        if name == "max_tokens":  # None is the model's max_length: say which
+            theirs = parent.resolved_max_tokens
+        if given is None:
+            inherited[name] = theirs
+        elif given != theirs:
+            _refuse(config.init_from, name, theirs, given)
+    model = config.model
+    if isinstance(model, dict):
+        model = type(parent.model).from_dict(model)
+    if model is not None and model != parent.model:
+        ours, theirs = model.to_dict(), parent.model.to_dict()
+        name = next(key for key in theirs if ours.get(key) != theirs[key])
+        _refuse(config.init_from, name, theirs[name], ours.get(name))
+    inherited["model"] = parent.model
+    return inherited
+
+
+def parent_model(init_from, **overrides):
+    """The parent's `TransformerConfig` with `overrides` (a model size given
+    on the command line; `inherited_settings` refuses one that differs)."""
+    parent, _ = parent_run(init_from)
+    return dataclasses.replace(parent.model, **overrides)
+
+
+def parent_facts(init_from) -> dict[str, Any]:
+    """What the new run's config.json records of its parent: its directory,
+    the fingerprint of the weights it delivered and of its data."""
+    from transformer.run.fingerprint import FINGERPRINT_KEY
+
+    _, record = parent_run(init_from)
+    metrics_path = Path(init_from) / rundir.METRICS_JSON
+    metrics = rundir.read_json(metrics_path) if metrics_path.is_file() else {}
+    return {"run_dir": str(init_from), "weights_sha256": metrics.get("weights_sha256"),
+            FINGERPRINT_KEY: record.get(FINGERPRINT_KEY)}
+
+
+def load_parent_weights(model, init_from) -> None:
+    """Sets `model`'s weights to those the parent run delivered (its `model.keras`)."""
+    import keras
+
+    parent = keras.saving.load_model(Path(init_from) / rundir.MODEL_FILE, compile=False)
+    model.set_weights(parent.get_weights())
+
+
+def _refuse(init_from, name: str, theirs, given) -> None:
+    raise ValueError(
+        f"--init-from {str(init_from)!r}: `{name}` comes from that run ({name}={theirs!r}); "
+        f"received {name}={given!r}. Drop the option: an adapted run keeps its parent's "
+        "model and vocabulary.")
