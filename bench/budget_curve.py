@@ -17,14 +17,26 @@ tokens included); that costs a second decoding of the test split.
 
 It writes one JSON per corpus (`RUNS/{corpus}.json`, or `--json` for a single
 corpus). `--from-json` regenerates the report's table (`--table`, Markdown) and
-plot (`--plot`) from such files and the peer's JSON alone, without TensorFlow.
+plot (`--plot`) from such files and the peer's JSON alone, without TensorFlow;
+several files of one corpus (budgets measured apart, each with its own label)
+make one series with `--label`.
 
 Example (the peer on the other core at the same time):
 
     python bench/budget_curve.py --corpus ui-es-en --budgets 5 10 15 --seeds 0 1 2 \\
         --core 0 --json runs/budget_curve_ui.json
     python bench/budget_curve.py --from-json runs/budget_curve_ui.json \\
-        --peer bench/results/peer_joeynmt_ui-es-en_45min_zen4.json --plot curve.png --table
+        --peer bench/results/peer_joeynmt_ui-es-en_45min_xeon207.json --plot curve.png --table
+
+The report's figure, three results files of the Bible corpus as one series:
+
+    python bench/budget_curve.py --label "train.py --time-budget, the defaults" \\
+        --from-json bench/results/budget_bible-es-en_5min_xeon207_vocab4000.json \\
+        bench/results/budget_bible-es-en_15min_xeon207_vocab8000.json \\
+        bench/results/budget_bible-es-en_45min_xeon207_defaults.json \\
+        --peer bench/results/peer_joeynmt_bible-es-en_45min_xeon207.json \\
+        --peer-label "JoeyNMT 2.3, 45 min" --plot docs/budget_bleu_bible.png \\
+        --title "Bible es-en, Intel Xeon (model 207), float32, one core"
 """
 
 from __future__ import annotations
@@ -199,10 +211,10 @@ def load_series(paths: list[Path], label: str | None = None) -> list[tuple[str, 
     return list(series.items())
 
 
-def load_peer(path: Path) -> dict:
+def load_peer(path: Path, label: str | None = None) -> dict:
     peer = json.loads(Path(path).read_text(encoding="utf-8"))
     training = peer.get("training") or {}
-    return {"label": f"JoeyNMT 2.3, {peer['setup']}, {peer['minutes']:g} min",
+    return {"label": label or f"JoeyNMT 2.3, {peer['setup']}, {peer['minutes']:g} min",
             "minutes": peer["minutes"], "bleu_lc": peer["bleu"]["bleu_lc_13a"],
             "updates": training.get("batches")}
 
@@ -241,7 +253,8 @@ def table(series, peers) -> str:
 def plot(series, peers, path: Path, title: str | None = None) -> None:
     """BLEU against the budget: every seed a point, the mean per budget a line,
     one colour per series; each peer a horizontal line at its BLEU, named in
-    the legend (no labels on the points, so none overlap)."""
+    the legend, with a square at its own training minutes (no labels on the
+    points, so none overlap)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -257,8 +270,11 @@ def plot(series, peers, path: Path, title: str | None = None) -> None:
         ax.plot(list(groups), means, "-", color=color, marker="D", markersize=4,
                 label=f"{label} (mean of seeds)")
     for index, peer in enumerate(peers):
-        ax.axhline(peer["bleu_lc"], color=f"C{len(series) + index}", linestyle="--",
+        color = f"C{len(series) + index}"
+        ax.axhline(peer["bleu_lc"], color=color, linestyle="--",
                    linewidth=1, label=f"{peer['label']}: {peer['bleu_lc']:.2f}")
+        ax.plot([peer["minutes"]], [peer["bleu_lc"]], "s", color=color, markersize=5,
+                label="_nolegend_")
     ax.set_xlabel("training budget (minutes, one CPU core)")
     ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
     ax.set_title(title or "BLEU against training time", fontsize=10)
@@ -275,7 +291,8 @@ def plot(series, peers, path: Path, title: str | None = None) -> None:
 def report(args) -> int:
     try:
         series = load_series(args.from_json, args.label)
-        peers = [load_peer(path) for path in args.peer]
+        labels = args.peer_label + [None] * (len(args.peer) - len(args.peer_label))
+        peers = [load_peer(path, label) for path, label in zip(args.peer, labels, strict=True)]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise BenchError(f"--from-json/--peer: cannot read a results file: {error}") from None
     if args.table:
@@ -312,12 +329,17 @@ def parse_args(argv=None):
                         help="no training: the table and plot of these results files")
     parser.add_argument("--peer", type=Path, nargs="*", default=[],
                         help="JSON files of bench/peer_joeynmt/run.py, shown beside")
+    parser.add_argument("--peer-label", nargs="*", default=[],
+                        help="the peers' names, one per --peer file in order (default: "
+                        "JoeyNMT 2.3, its setup and minutes)")
     parser.add_argument("--table", action="store_true", help="print the Markdown table")
     parser.add_argument("--plot", type=Path, default=None, help="PNG to write")
     parser.add_argument("--title", default=None, help="the plot's title (e.g. the CPU)")
     args = parser.parse_args(argv)
     if args.from_json is None and (args.table or args.plot or args.peer):
         parser.error("--table, --plot and --peer go with --from-json")
+    if len(args.peer_label) > len(args.peer):
+        parser.error("--peer-label names at most one peer per --peer file")
     if args.from_json is not None and not (args.table or args.plot):
         parser.error("--from-json needs --table or --plot")
     if args.json and len(args.corpus) > 1:

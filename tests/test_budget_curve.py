@@ -93,6 +93,42 @@ def test_the_plot_marks_every_seed_and_the_mean_and_no_point_has_a_text_label(
     assert len(ax.texts) == 0
 
 
+def test_several_files_of_one_corpus_with_label_make_one_series_and_the_peer_a_point(
+        tmp_path, monkeypatch, capsys):
+    """Budgets measured apart (each file its own label) drawn as one curve, as the
+    report's figure is; the peer named by --peer-label, marked at its minutes."""
+    import matplotlib.pyplot as plt
+
+    files = [_write(tmp_path / f"bible_{minutes}.json", {
+        "corpus": "bible-es-en", "label": f"bible-es-en, {name}",
+        "runs": [_run(minutes, seed, bleu, 100 * minutes, 0.1 * minutes)
+                 for seed, bleu in runs]})
+        for minutes, name, runs in ((5, "vocab 4000", [(0, 9.0), (1, 10.0)]),
+                                    (15, "vocab 8000", [(0, 26.0)]),
+                                    (45, "defaults", [(0, 31.0)]))]
+    peer = _write(tmp_path / "peer.json", {"setup": "cpu", "minutes": 45.0,
+                                           "bleu": {"bleu_lc_13a": 25.82}})
+    drawn = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path: drawn.update(fig=fig))
+    assert budget_curve.main(["--label", "ours", "--from-json", *map(str, files),
+                              "--peer", str(peer), "--peer-label", "JoeyNMT 2.3, 45 min",
+                              "--plot", str(tmp_path / "x.png"), "--table"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("**") == 2 and "**ours**" in table
+    assert "| 5 min | 9.50 | 9.00 (seed 0); 10.00 (seed 1) |" in table
+    assert "| 45 min | 31.00 | 31.00 (seed 0) | 4,500 | 4.50 | 25.82 |" in table
+    ax = drawn["fig"].axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["ours (mean of seeds)"].get_xdata()) == [5, 15, 45]
+    assert list(lines["ours (mean of seeds)"].get_ydata()) == [9.5, 26.0, 31.0]
+    assert list(lines["JoeyNMT 2.3, 45 min: 25.82"].get_ydata()) == [25.82, 25.82]
+    [marker] = [line for line in ax.get_lines() if list(line.get_xdata()) == [45.0]]
+    assert list(marker.get_ydata()) == [25.82]
+    with pytest.raises(SystemExit):
+        budget_curve.main(["--from-json", str(files[0]), "--table",
+                           "--peer-label", "one", "two"])
+
+
 def test_report_options_need_from_json_and_a_bad_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         budget_curve.main(["--table"])

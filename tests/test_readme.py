@@ -17,7 +17,8 @@ is the install or test command itself (`python3.11 -m venv`, `pip install`,
 `ruff`, `pytest`), installs system packages (`apt-get`), runs a benchmark of
 `bench/` (minutes to hours; tests/test_bible_corpus.py, tests/test_budget_curve.py
 and the other bench tests run them on small inputs), or starts a program that
-runs until stopped (`tensorboard`, `jupyter`). Everything else must exit 0; translate commands must print one
+runs until stopped (`tensorboard`, `jupyter`, `transformer-serve`, and the `curl`
+requests to it: tests/test_serve.py serves a run). Everything else must exit 0; translate commands must print one
 line per sentence, none of them empty.
 """
 
@@ -36,10 +37,11 @@ README = REPO / "README.md"
 
 SKIP = re.compile(
     r"--download|TF_CONFIG|\bui-es-en/|python3\.11 -m venv|pip install|\bruff\b|\bpytest\b"
-    r"|^tensorboard\b|\bjupyter\b|\bapt-get\b|\bbench/"
+    r"|^tensorboard\b|\bjupyter\b|^transformer-serve\b|^curl\b|\bapt-get\b|\bbench/"
 )
 TINY_TRAIN = ("--num-layers 1 --d-model 16 --num-heads 2 --dff 32 --epochs 1 "
               "--steps-per-epoch 2 --batch-size 8 --vocab-size 200 --examples 0 --no-export")
+TINY_ADAPT = "--epochs 1 --steps-per-epoch 2 --batch-size 8 --examples 0 --no-export"
 ENTRY_POINTS = {
     "transformer-train": "transformer.cli.train",
     "transformer-translate": "transformer.cli.translate",
@@ -72,7 +74,9 @@ def _prepared(command: str, run_dir: Path, index: int) -> str:
         command = re.sub(rf"(^|\| ){script}\b", rf"\g<1>{runner}", command)
     command = re.sub(r"(^|\| |&& )python ", rf"\g<1>{shlex.quote(sys.executable)} ", command)
     if "train.py" in command and "--help" not in command:
-        command += f" {TINY_TRAIN} --output-dir runs/readme_{index}"
+        # A run adapted from the tiny run keeps its model and vocabulary.
+        tiny = TINY_ADAPT if "--init-from" in command else TINY_TRAIN
+        command += f" {tiny} --output-dir runs/readme_{index}"
     return command
 
 

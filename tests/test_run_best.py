@@ -140,3 +140,11 @@ def test_without_validation_pairs_the_last_weights_stay(tmp_path, caplog):
     assert "no best weights were kept" in caplog.text.lower()
     for before, now in zip(weights, _values(model.weights), strict=True):
         np.testing.assert_array_equal(now, before)
+
+
+def test_the_best_weights_are_written_atomically_under_a_name_keras_accepts(tmp_path):
+    from transformer import rundir
+
+    tmp = rundir.temporary_path(tmp_path / "best.weights.h5")
+    assert tmp.name == "best.tmp.weights.h5" and rundir.is_temporary(tmp)
+    assert not rundir.is_temporary(tmp_path / "best.weights.h5")

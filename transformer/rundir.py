@@ -77,19 +77,26 @@ def check_run_dir(run_dir, required=REQUIRED_FOR_TRANSLATION) -> Path:
     return path
 
 
+# Suffixes that Keras saves to only: a temporary file keeps them at its end.
+_KERAS_SUFFIXES = (".weights.h5", ".keras")
+
+
 def temporary_path(path) -> Path:
     """Where `replace_atomically` writes `path` first: `name.tmp`, or
-    `stem.tmp.keras` for a `.keras` file (Keras saves only to that suffix)."""
+    `stem.tmp.keras` for a `.keras` file and `stem.tmp.weights.h5` for a
+    `.weights.h5` file (Keras saves only to those suffixes)."""
     path = Path(path)
-    if path.suffix == ".keras":
-        return path.with_name(path.stem + TMP_SUFFIX + path.suffix)
+    for suffix in _KERAS_SUFFIXES:
+        if path.name.endswith(suffix):
+            return path.with_name(path.name[:-len(suffix)] + TMP_SUFFIX + suffix)
     return path.with_name(path.name + TMP_SUFFIX)
 
 
 def is_temporary(path) -> bool:
     """Whether `path` is a leftover of `replace_atomically` (see `temporary_path`)."""
     name = Path(path).name
-    return name.endswith(TMP_SUFFIX) or name.endswith(TMP_SUFFIX + ".keras")
+    return name.endswith(TMP_SUFFIX) or any(name.endswith(TMP_SUFFIX + suffix)
+                                            for suffix in _KERAS_SUFFIXES)
 
 
 def replace_atomically(path, write: Callable[[Path], None]) -> None:

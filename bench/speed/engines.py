@@ -26,7 +26,7 @@ standard output naming the CPU.
 Commands (a run written by train.py, and its test split):
     python bench/decode_speed.py engines --run runs/ui --test ui-es-en/test.tsv --name ui
     python bench/decode_speed.py engines --run runs/toy --test toy_test.tsv --limit 200
-    python bench/decode_speed.py engines --table bench/results/decode_engines_ui5.json
+    python bench/decode_speed.py engines --table bench/results/decode_engines_bible15_xeon207.json
 """
 
 from __future__ import annotations

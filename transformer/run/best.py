@@ -7,7 +7,7 @@ average's loss and training continues from its own weights unchanged.
 
 `KeepBest` saves the weights that validation scored whenever `val_loss`
 improves (`best.weights.h5`, then `best.json` naming the step, epoch and
-loss, both written atomically), and stops the run after `patience` epochs
+loss, both through `transformer.rundir.replace_atomically`), and stops the run after `patience` epochs
 without improvement when that is set. Its record survives an interruption:
 a resumed run compares against it and counts the patience from its epoch.
 With `restore_best_weights`, the trainer ends the run with those weights
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from pathlib import Path
 
 import keras
@@ -107,10 +106,7 @@ class KeepBest(keras.callbacks.Callback):
         if averaged:
             swap_moving_average(self.model)  # the weights that validation scored
         try:
-            path = self.write_dir / BEST_WEIGHTS
-            partial = path.with_name("partial." + path.name)
-            self.model.save_weights(partial)
-            os.replace(partial, path)
+            rundir.replace_atomically(self.write_dir / BEST_WEIGHTS, self.model.save_weights)
         finally:
             if averaged:
                 swap_moving_average(self.model)
