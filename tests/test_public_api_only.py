@@ -179,6 +179,50 @@ def test_the_paper_modules_import_no_kernel(name):
         "optimizer from transformer.seams, which chooses the kernels in one place")
 
 
+def test_nothing_outside_the_seam_imports_a_kernel():
+    """The run and the command lines take the kernels' services from the seam too."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith("kernels/") or relative == "seams.py":
+            continue
+        imports = kernel_imports(path.read_text(encoding="utf-8"))
+        if imports:
+            found[relative] = imports
+    assert found == {}, f"take these from transformer.seams: {found}"
+
+
+def test_keras_own_layers_can_be_chosen_and_compute_the_same(tmp_path):
+    """`seams.use_keras_layers()` builds on Keras's own classes, with the same weights
+    and outputs; leaving its block chooses the kernels again."""
+    import keras
+    import numpy as np
+
+    from transformer import seams
+    from transformer.layers import EncoderLayer
+
+    x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype("float32")
+    fast = EncoderLayer(d_model=16, num_heads=2, dff=32, normalize_first=True)
+    with seams.use_keras_layers():
+        plain = EncoderLayer(d_model=16, num_heads=2, dff=32, normalize_first=True)
+    assert type(plain.ffn_layernorm) is keras.layers.LayerNormalization
+    assert type(plain.ffn_dropout) is keras.layers.Dropout
+    assert seams.LayerNormalization is not keras.layers.LayerNormalization
+    assert type(fast.ffn_layernorm) is seams.LayerNormalization
+    fast(x), plain(x)
+    plain.set_weights(fast.get_weights())
+    for ours, keras_own in zip(keras.tree.flatten(fast(x)), keras.tree.flatten(plain(x)),
+                               strict=True):  # the output and the attention weights
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(keras_own),
+                                   keras.ops.convert_to_numpy(ours), rtol=1e-5, atol=1e-5)
+    seams.use_keras_layers()  # for good, until told otherwise
+    try:
+        assert seams.Dropout is keras.layers.Dropout
+    finally:
+        seams.use_keras_layers(False)
+    assert seams.Dropout is not keras.layers.Dropout
+
+
 def test_kernel_imports_are_found():
     source = "import transformer.kernels\nfrom transformer.kernels.fast_ops import Dropout\n"
     assert kernel_imports(source) == [

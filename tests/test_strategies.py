@@ -12,7 +12,7 @@ from transformer import strategies
 from transformer.strategies import BEAM_PATIENCE, Beam, Greedy, Sample, Strategy, check_strategy
 
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
-_STRATEGY_NAMES = {"Strategy", "Greedy", "Beam", "Sample", "STRATEGIES"}
+_STRATEGY_NAMES = {"Strategy", "Greedy", "Beam", "Sample", "SEARCH_STRATEGIES"}
 
 
 def type_questions(source: str) -> list[str]:
@@ -84,6 +84,6 @@ def test_the_ctranslate2_options_run_the_same_search():
 
 
 def test_every_strategy_type_is_a_strategy():
-    assert all(issubclass(kind, Strategy) for kind in strategies.STRATEGIES)
+    assert all(issubclass(kind, Strategy) for kind in strategies.SEARCH_STRATEGIES)
     with pytest.raises(ValueError, match="expected Greedy"):
         check_strategy("beam")

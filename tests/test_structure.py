@@ -254,6 +254,7 @@ def test_console_scripts_point_at_modules_with_main():
         "transformer-train": "transformer.cli.train:main",
         "transformer-translate": "transformer.cli.translate:main",
         "transformer-export": "transformer.cli.export:main",
+        "transformer-serve": "transformer.cli.serve:main",
     }
     modules = _modules()
     for target in scripts.values():

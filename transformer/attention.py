@@ -27,10 +27,10 @@ import math
 import keras
 import tensorflow as tf
 
+from transformer import seams
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
 from transformer.constants import LAYER_NORM_EPSILON, MASK_NEGATIVE_FLOAT32
 from transformer.masking import create_look_ahead_mask
-from transformer.seams import Dropout, LayerNormalization
 
 
 def mask_value(dtype) -> float:
@@ -192,7 +192,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.wk = keras.layers.Dense(d_model, dtype=policy, name="wk")
         self.wv = keras.layers.Dense(d_model, dtype=policy, name="wv")
         self.dense = keras.layers.Dense(d_model, dtype=policy, name="dense")
-        self.dropout = Dropout(dropout_rate, dtype=policy)
+        self.dropout = seams.Dropout(dropout_rate, dtype=policy)
         # `mask` is an attention mask, not a Keras padding mask to propagate:
         # accept it quietly and attach no mask to the outputs.
         self.supports_masking = True
@@ -342,8 +342,8 @@ class _AttentionBlock(ResidualBlock):
         super().__init__(d_model, num_heads, dropout_rate, normalize_first, **kwargs)
         policy = self.dtype_policy
         self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
-        self.dropout = Dropout(dropout_rate, dtype=policy)
-        self.layernorm = LayerNormalization(
+        self.dropout = seams.Dropout(dropout_rate, dtype=policy)
+        self.layernorm = seams.LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="layernorm"
         )
 

@@ -77,4 +77,4 @@ DEFAULT_TOKENIZER = "sentencepiece"
 SENTENCEPIECE_MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
 # The `tf.distribute` strategies of a run (`transformer.run.distribute`).
-STRATEGIES = ("default", "mirrored", "multi-worker")
+DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi-worker")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from transformer import seams
 from transformer._validation import check_positive_int
 from transformer.attention import (
     EncoderDecoderAttention,
@@ -23,7 +24,6 @@ from transformer.attention import (
     sublayer_output,
 )
 from transformer.constants import LAYER_NORM_EPSILON
-from transformer.seams import Dropout, LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -80,8 +80,8 @@ class _LayerBase(ResidualBlock):
         self.dff = dff
         policy = self.dtype_policy
         self.ffn = FeedForward(d_model, dff, dtype=policy, name="ffn")
-        self.ffn_dropout = Dropout(dropout_rate, dtype=policy)
-        self.ffn_layernorm = LayerNormalization(
+        self.ffn_dropout = seams.Dropout(dropout_rate, dtype=policy)
+        self.ffn_layernorm = seams.LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="ffn_layernorm"
         )
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from transformer import seams
 from transformer._validation import check_positive_int
 from transformer.constants import DEFAULT_MAX_LENGTH, LAYER_NORM_EPSILON
 from transformer.layers import DecoderLayer, EncoderLayer
 from transformer.masking import create_padding_mask
 from transformer.model_config import TransformerConfig
 from transformer.positional import PositionalEmbedding
-from transformer.seams import Dropout, LayerNormalization
 
 
 class _Stack(keras.layers.Layer):
@@ -42,9 +42,9 @@ class _Stack(keras.layers.Layer):
             vocab_size, config.d_model, config.max_length, embedding=embedding, dtype=policy,
             name="pos_embedding",
         )
-        self.dropout = Dropout(config.dropout_rate, dtype=policy)
+        self.dropout = seams.Dropout(config.dropout_rate, dtype=policy)
         # Pre-norm sublayers leave the sum unnormalized: one layer norm closes the stack.
-        self.final_layernorm = LayerNormalization(
+        self.final_layernorm = seams.LayerNormalization(
             epsilon=LAYER_NORM_EPSILON, dtype=policy, name="final_layernorm"
         ) if config.normalize_first else None
 

@@ -1,25 +1,91 @@
-"""The Keras layers and optimizer that have faster drop-in kernels: chosen here, once.
+"""The kernels' one door: which layers and optimizer the model is built with, and
+the run's services that reach into Keras or TensorFlow.
 
-The paper's modules build every layer norm and dropout with `LayerNormalization`
-and `Dropout` of this module, and `transformer.training.make_optimizer` its
-Adam with `adam`, and `transformer.training.MaskedLoss` computes the token
-losses of a step without XLA with `token_losses`. Each is Keras's own class or a drop-in subclass of it from
-`transformer.kernels`, with the same arguments, weights and math in fewer
-operations (tests/test_fast_ops.py, tests/test_training.py,
+The paper's modules build every layer norm and dropout as
+`seams.LayerNormalization(...)` and `seams.Dropout(...)`, looked up here when
+a layer is built; `transformer.training.make_optimizer` makes its Adam with
+`adam`, and `transformer.training.MaskedLoss` computes the token losses of a
+step without XLA with `token_losses`. By default each is a drop-in subclass
+of Keras's own from `transformer.kernels`, with the same arguments, weights
+and math in fewer operations (tests/test_fast_ops.py, tests/test_training.py,
 tests/test_moving_average.py), so the paper's modules read as Keras and as
-the paper (`self.layernorm(x + y)`) and import no kernel. To run the model
-on Keras's own layers, point these names at them before building it.
+the paper (`self.layernorm(x + y)`) and import no kernel.
+
+`use_keras_layers()` builds with Keras's own `LayerNormalization` and
+`Dropout` instead, for as long as its `with` block lasts (or for good when
+called without one); the layers built meanwhile keep their classes.
+
+The run (`transformer.run`, `transformer.cli`) takes the kernels' other
+services from here too: the memory allocators, the moving average of the
+weights, the learning-rate schedule inside an optimizer and the multi-worker
+`fit` workaround. No module outside `transformer.kernels` and this one
+imports a kernel (tests/test_public_api_only.py).
 """
 
 from __future__ import annotations
 
-from transformer.kernels.fast_ops import Dropout, LayerNormalization, softmax_cross_entropy
-from transformer.kernels.optimizers import AveragingAdam, FusedAdam
+import contextlib
 
-__all__ = ["Dropout", "LayerNormalization", "adam", "token_losses"]
+import keras
+
+from transformer.kernels import fast_ops
+from transformer.kernels.allocator import use_fast_allocators
+from transformer.kernels.multiworker import multi_worker_fit_workaround
+from transformer.kernels.optimizers import (
+    AveragingAdam,
+    FusedAdam,
+    keeps_moving_average,
+    learning_rate_schedule,
+    swap_moving_average,
+    use_moving_average,
+)
+
+__all__ = ["Dropout", "LayerNormalization", "adam", "keeps_moving_average",
+           "learning_rate_schedule", "multi_worker_fit_workaround", "swap_moving_average",
+           "token_losses", "use_fast_allocators", "use_keras_layers", "use_moving_average"]
+
+# The layer classes the paper's modules build, looked up when a layer is built.
+Dropout = fast_ops.Dropout
+LayerNormalization = fast_ops.LayerNormalization
 
 # `transformer.training.token_losses`' math with its gradient written out.
-token_losses = softmax_cross_entropy
+token_losses = fast_ops.softmax_cross_entropy
+
+
+class _Choice(contextlib.AbstractContextManager):
+    """Restores the layer classes chosen before `use_keras_layers` on leaving its block."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __exit__(self, *exc_info):
+        global Dropout, LayerNormalization
+        Dropout, LayerNormalization = self.previous
+        return False
+
+
+def use_keras_layers(enabled: bool = True) -> _Choice:
+    """Builds the layers that follow with Keras's own `Dropout` and
+    `LayerNormalization` (`enabled=False`: with the kernels' again).
+
+    Example:
+
+    >>> import keras
+    >>> from transformer import EncoderLayer, seams
+    >>> with seams.use_keras_layers():
+    ...     layer = EncoderLayer(d_model=8, num_heads=2, dff=16)
+    >>> type(layer.ffn_layernorm) is keras.layers.LayerNormalization
+    True
+    >>> seams.LayerNormalization is keras.layers.LayerNormalization
+    False
+    """
+    global Dropout, LayerNormalization
+    previous = (Dropout, LayerNormalization)
+    if enabled:
+        Dropout, LayerNormalization = keras.layers.Dropout, keras.layers.LayerNormalization
+    else:
+        Dropout, LayerNormalization = fast_ops.Dropout, fast_ops.LayerNormalization
+    return _Choice(previous)
 
 
 def adam(learning_rate, *, ema_momentum: float = 0.0, **settings):

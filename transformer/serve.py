@@ -35,6 +35,12 @@ import threading
 import time
 from collections.abc import Callable
 
+# None of these imports TensorFlow: the TensorFlow engine does, when it is loaded.
+from transformer.cli.export import ctranslate2_model
+from transformer.cli.translate import search_strategy, tensorflow_translator
+from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH
+from transformer.ctranslate2_translator import CTranslate2Translator
+
 logger = logging.getLogger(__name__)
 
 # The decoding options of a request: translate.py's, by the same names.
@@ -121,8 +127,6 @@ def request_search(options: dict, run_dir):
     """The search strategy of a request's options, as translate.py makes it of its
     own (`transformer.cli.translate.search_strategy`); 400 for options that do not go
     together or are out of range."""
-    from transformer.cli.translate import search_strategy
-
     settings = {name: options.get(name) for name in OPTIONS}
     settings["n_best"] = settings["n_best"] or 1
     try:
@@ -263,22 +267,16 @@ def answer(results) -> list[dict]:
 
 def load_engine(run_dir, engine: str = "tensorflow", quantization: str | None = None):
     """`engine(sentences, search, max_length)` of a run: TensorFlow's `Translator`,
-    or with "ctranslate2" the run's CTranslate2 export (converted once)."""
-    from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH
-
+    or with "ctranslate2" the run's CTranslate2 export (converted once), which
+    needs no TensorFlow to translate."""
     if engine == "ctranslate2":
-        from transformer.cli.export import ctranslate2_model
-        from transformer.ctranslate2_translator import CTranslate2Translator
-
         translator = CTranslate2Translator(ctranslate2_model(run_dir, quantization or "float32"))
 
         def decode(sentences, search, max_length):
             return translator.translate(sentences, search=search, max_length=(
                 DEFAULT_MAX_OUTPUT_LENGTH if max_length is None else max_length))
         return decode
-    from transformer.translate import Translator
-
-    translator = Translator.from_run(run_dir)
+    translator = tensorflow_translator(run_dir)
 
     def decode(sentences, search, max_length):
         return translator(sentences, max_length=max_length, return_attention=False,

@@ -28,7 +28,7 @@ from transformer import rundir  # standard library only
 from transformer._validation import check_int_at_least
 from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE
 
-__all__ = ["BEAM_PATIENCE", "STRATEGIES", "Beam", "Greedy", "Sample", "Strategy",
+__all__ = ["BEAM_PATIENCE", "SEARCH_STRATEGIES", "Beam", "Greedy", "Sample", "Strategy",
            "check_strategy", "evaluation_strategy", "run_strategy"]
 
 
@@ -214,7 +214,7 @@ class Sample(Strategy):
         return self.settings()["seed"]
 
 
-STRATEGIES = (Greedy, Beam, Sample)
+SEARCH_STRATEGIES = (Greedy, Beam, Sample)
 
 
 def check_strategy(search, name="search"):

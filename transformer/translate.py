@@ -45,7 +45,7 @@ from transformer.decoding import (
 from transformer.export import export_translator
 from transformer.search import length_penalty, setting_tensors
 from transformer.strategies import (
-    STRATEGIES,
+    SEARCH_STRATEGIES,
     Beam,
     Greedy,
     Sample,
@@ -244,7 +244,7 @@ class Translator:
         self.extra_length = extra_length
         self.search = check_strategy(search)
         self._pipelines = {kind: compile_pipeline(tokenizers, transformer, kind)
-                           for kind in STRATEGIES}
+                           for kind in SEARCH_STRATEGIES}
         # The teacher-forced pass that gives the attention weights, compiled once.
         self._attention_pass = tf.function(
             functools.partial(teacher_forced_pass, transformer, attention=True),

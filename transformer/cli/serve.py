@@ -15,15 +15,15 @@ import argparse
 import logging
 import sys
 
+from transformer import rundir
 from transformer.cli.common import OneLineErrorParser, positive_int, report_error
+from transformer.serve import App, Batcher, Limits, load_engine, make_server, serve
 
 PROG = "transformer-serve"
 ENGINES = ("tensorflow", "ctranslate2")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from transformer.serve import Limits
-
     limits = Limits()
     parser = OneLineErrorParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="the run directory train.py wrote")
@@ -66,9 +66,6 @@ def main(argv=None) -> int:
     package_logger.addHandler(handler)
     package_logger.setLevel(logging.INFO)
     package_logger.propagate = False
-
-    from transformer import rundir
-    from transformer.serve import App, Batcher, Limits, load_engine, make_server, serve
 
     try:
         run_dir = rundir.check_run_dir(args.run)

@@ -40,7 +40,6 @@ from transformer.cli.common import (
     rate,
     report_error,
 )
-from transformer.kernels.allocator import use_fast_allocators
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.adapt import parent_model
 from transformer.run.config import RESUMABLE_FIELDS, RunConfig
@@ -56,6 +55,7 @@ from transformer.run.recipes import (
     dataset_defaults,
     default_model,
 )
+from transformer.seams import use_fast_allocators
 from transformer.settings import SECTIONS, Option, option_flag, settings_option
 
 

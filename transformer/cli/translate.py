@@ -300,6 +300,14 @@ def _ctranslate2_results(args, sentences):
         max_length=DEFAULT_MAX_OUTPUT_LENGTH if args.max_length is None else args.max_length)
 
 
+def tensorflow_translator(run_dir):
+    """`transformer.translate.Translator.from_run(run_dir)`: TensorFlow, so imported
+    only once the options are checked (and never for --engine ctranslate2)."""
+    from transformer.translate import Translator
+
+    return Translator.from_run(run_dir)
+
+
 def _print_results(args, results):
     """One line per translation (N per sentence with --n-best N), with --scores and tokens."""
     hypotheses = results if args.n_best > 1 else [[result] for result in results]
@@ -324,9 +332,7 @@ def run(args):
         _print_results(args, _ctranslate2_results(args, sentences))
         return 0
 
-    from transformer.translate import Translator
-
-    translator = Translator.from_run(args.run)
+    translator = tensorflow_translator(args.run)
     num_layers = translator.transformer.config.decoder_layers
     layer_name = None
     if args.plot is not None:

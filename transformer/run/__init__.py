@@ -57,7 +57,7 @@ _EXPORTS = {
     "dataset_defaults": "recipes",
     "default_model": "recipes",
     "size_epochs_and_batches": "recipes",
-    "STRATEGIES": "distribute",
+    "DISTRIBUTION_STRATEGIES": "distribute",
     "make_strategy": "distribute",
     "Evaluation": "evaluation",
     "evaluate": "evaluation",

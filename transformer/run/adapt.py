@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer import rundir
+from transformer.model_config import TransformerConfig
+from transformer.run.fingerprint import FINGERPRINT_KEY
 
 # The settings a run started from RUN takes from RUN: its vocabulary and model.
 INHERITED_FIELDS = ("preset", "tokenizer", "subword_model", "vocab_size", "shared_vocab",
@@ -30,15 +32,14 @@ INHERITED_FIELDS = ("preset", "tokenizer", "subword_model", "vocab_size", "share
 PARENT_KEY = "init_from_run"
 
 
-def parent_run(run_dir) -> tuple[Any, dict]:
-    """The `RunConfig` and the `config.json` record of a finished run to start from.
+def parent_run(run_dir) -> dict:
+    """The `config.json` record of a finished run to start from.
 
     Raises:
         transformer.rundir.RunDirError: `run_dir` is not a finished run (no
-            config.json, model.keras or tokenizers), in one line.
+            config.json, model.keras or tokenizers), or its config.json
+            predates the settings it hands on, in one line.
     """
-    from transformer.run.config_format import read_config
-
     run_dir = Path(run_dir)
     if not (run_dir / rundir.CONFIG_FILE).is_file():
         raise rundir.RunDirError(
@@ -49,7 +50,23 @@ def parent_run(run_dir) -> tuple[Any, dict]:
             raise rundir.RunDirError(
                 f"--init-from {str(run_dir)!r}: the run has no {needed}, so it has not "
                 "finished; finish it with --resume first.")
-    return read_config(run_dir)
+    record = rundir.read_json(run_dir / rundir.CONFIG_FILE)
+    missing = [name for name in (*INHERITED_FIELDS, "model") if name not in record]
+    if missing:
+        raise rundir.RunDirError(
+            f"--init-from {str(run_dir)!r}: its {rundir.CONFIG_FILE} has no {missing}; it was "
+            "written by an older version of this code, whose runs cannot be adapted.")
+    return record
+
+
+def _parent_settings(record: dict) -> dict[str, Any]:
+    """The inherited settings of a parent's record, the model as a `TransformerConfig`
+    and `max_tokens` as a number (None there is the model's `max_length`)."""
+    settings = {name: record[name] for name in INHERITED_FIELDS}
+    settings["model"] = TransformerConfig.from_dict(record["model"])
+    if settings["max_tokens"] is None:
+        settings["max_tokens"] = settings["model"].max_length
+    return settings
 
 
 def inherited_settings(config) -> dict[str, Any]:
@@ -60,40 +77,35 @@ def inherited_settings(config) -> dict[str, Any]:
         ValueError: `config` sets an inherited field, or a model size, to
             another value than the parent's (naming both).
     """
-    parent, _ = parent_run(config.init_from)
+    parent = _parent_settings(parent_run(config.init_from))
     inherited = {}
     for name in INHERITED_FIELDS:
-        given, theirs = getattr(config, name), getattr(parent, name)
-        if name == "max_tokens":  # None is the model's max_length: say which
-            theirs = parent.resolved_max_tokens
+        given, theirs = getattr(config, name), parent[name]
         if given is None:
             inherited[name] = theirs
         elif given != theirs:
             _refuse(config.init_from, name, theirs, given)
     model = config.model
     if isinstance(model, dict):
-        model = type(parent.model).from_dict(model)
-    if model is not None and model != parent.model:
-        ours, theirs = model.to_dict(), parent.model.to_dict()
+        model = TransformerConfig.from_dict(model)
+    if model is not None and model != parent["model"]:
+        ours, theirs = model.to_dict(), parent["model"].to_dict()
         name = next(key for key in theirs if ours.get(key) != theirs[key])
         _refuse(config.init_from, name, theirs[name], ours.get(name))
-    inherited["model"] = parent.model
+    inherited["model"] = parent["model"]
     return inherited
 
 
-def parent_model(init_from, **overrides):
+def parent_model(init_from, **overrides) -> TransformerConfig:
     """The parent's `TransformerConfig` with `overrides` (a model size given
     on the command line; `inherited_settings` refuses one that differs)."""
-    parent, _ = parent_run(init_from)
-    return dataclasses.replace(parent.model, **overrides)
+    return dataclasses.replace(_parent_settings(parent_run(init_from))["model"], **overrides)
 
 
 def parent_facts(init_from) -> dict[str, Any]:
     """What the new run's config.json records of its parent: its directory,
     the fingerprint of the weights it delivered and of its data."""
-    from transformer.run.fingerprint import FINGERPRINT_KEY
-
-    _, record = parent_run(init_from)
+    record = parent_run(init_from)
     metrics_path = Path(init_from) / rundir.METRICS_JSON
     metrics = rundir.read_json(metrics_path) if metrics_path.is_file() else {}
     return {"run_dir": str(init_from), "weights_sha256": metrics.get("weights_sha256"),
@@ -102,7 +114,7 @@ def parent_facts(init_from) -> dict[str, Any]:
 
 def load_parent_weights(model, init_from) -> None:
     """Sets `model`'s weights to those the parent run delivered (its `model.keras`)."""
-    import keras
+    import keras  # not at import: the config is read before TensorFlow starts
 
     parent = keras.saving.load_model(Path(init_from) / rundir.MODEL_FILE, compile=False)
     model.set_weights(parent.get_weights())

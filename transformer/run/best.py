@@ -24,8 +24,8 @@ from pathlib import Path
 import keras
 
 from transformer import rundir
-from transformer.kernels.optimizers import keeps_moving_average, swap_moving_average
 from transformer.run.callbacks import optimizer_step
+from transformer.seams import keeps_moving_average, swap_moving_average
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import time
 import keras
 import tensorflow as tf
 
-from transformer.kernels.optimizers import learning_rate_schedule
+from transformer.seams import learning_rate_schedule
 
 logger = logging.getLogger(__name__)
 

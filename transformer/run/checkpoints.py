@@ -21,8 +21,8 @@ from pathlib import Path
 import tensorflow as tf
 
 from transformer import rundir
-from transformer.kernels.optimizers import use_moving_average
 from transformer.rundir import RunDirError
+from transformer.seams import use_moving_average
 
 logger = logging.getLogger(__name__)
 

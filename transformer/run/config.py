@@ -19,9 +19,9 @@ from transformer import settings
 from transformer.constants import (
     DECAYS,
     DEFAULT_ALPHA,
+    DISTRIBUTION_STRATEGIES,
     PAPER_LEARNING_RATE,
     SENTENCEPIECE_MODEL_TYPES,
-    STRATEGIES,
     TOKENIZER_KINDS,
 )
 from transformer.data.loading import DATASETS
@@ -294,7 +294,7 @@ class RunConfig:
     strategy: str = setting(
         "default", "default: one device; mirrored: all GPUs (or --cpu-devices) of this "
         "machine; multi-worker: several machines, from TF_CONFIG", section="scale",
-        kind="choice", choices=STRATEGIES)
+        kind="choice", choices=DISTRIBUTION_STRATEGIES)
     cpu_devices: int | None = setting(
         None, "split the CPU into N logical devices, to try --strategy mirrored without "
         "GPUs", section="scale", kind="positive_int", metavar="N", default_help="1")

@@ -15,9 +15,9 @@ from transformer._validation import (
 )
 from transformer.constants import (
     DECAYS,
+    DISTRIBUTION_STRATEGIES,
     PAPER_LEARNING_RATE,
     SENTENCEPIECE_MODEL_TYPES,
-    STRATEGIES,
     TOKENIZER_KINDS,
 )
 from transformer.data.loading import DATASETS
@@ -40,7 +40,7 @@ def _check_choices(config) -> None:
     check_choice("preset", config.preset, list(PRESETS))
     if config.precision is not None:  # None: this CPU's fastest, when the run is resolved
         check_choice("precision", config.precision, PRECISIONS)
-    check_choice("strategy", config.strategy, STRATEGIES)
+    check_choice("strategy", config.strategy, DISTRIBUTION_STRATEGIES)
     check_choice("tokenizer", config.tokenizer, TOKENIZER_KINDS)
     check_choice("subword_model", config.subword_model, SENTENCEPIECE_MODEL_TYPES)
     check_choice("decay", config.decay, DECAYS)

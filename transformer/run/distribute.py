@@ -23,7 +23,7 @@ import os
 import tensorflow as tf
 
 from transformer._validation import check_positive_int
-from transformer.constants import STRATEGIES
+from transformer.constants import DISTRIBUTION_STRATEGIES
 
 logger = logging.getLogger(__name__)
 
@@ -76,17 +76,17 @@ def make_strategy(name: str = "default", cpu_devices: int | None = None) -> tf.d
     act before TensorFlow initializes its runtime.
 
     Args:
-        name: one of `STRATEGIES`.
+        name: one of `DISTRIBUTION_STRATEGIES`.
         cpu_devices: split the CPU into this many logical devices (for `mirrored`
             on a machine without GPUs).
 
     Returns:
         The strategy.
     """
-    if name not in STRATEGIES:
+    if name not in DISTRIBUTION_STRATEGIES:
         raise ValueError(
             f"Received an invalid value for argument `strategy`, expected one of "
-            f"{list(STRATEGIES)}. Received: strategy={name!r}"
+            f"{list(DISTRIBUTION_STRATEGIES)}. Received: strategy={name!r}"
         )
     if name == "multi-worker":
         tf_config = parse_tf_config()

@@ -18,7 +18,7 @@ from transformer.data.batching import (
     budget_batches_from_tokens,
     fixed_batches_from_tokens,
 )
-from transformer.kernels.multiworker import multi_worker_fit_workaround
+from transformer.seams import multi_worker_fit_workaround
 
 __all__ = ["Fitter", "create_metric_variables", "fit_calls", "sharding_options", "train_stream"]
 

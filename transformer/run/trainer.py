@@ -32,8 +32,6 @@ from transformer.data.batching import (
 from transformer.data.corpus import Corpus
 from transformer.data.loading import training_corpus
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
-from transformer.kernels.allocator import use_fast_allocators
-from transformer.kernels.optimizers import learning_rate_schedule
 from transformer.model import build_model
 from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
@@ -58,6 +56,7 @@ from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, d
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
 from transformer.run.token_files import training_tokens
+from transformer.seams import learning_rate_schedule, use_fast_allocators
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 from transformer.translate import export_translator
 
