@@ -354,11 +354,15 @@ class App:
         return str(self.run_dir)
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # connections the kernel holds before accepting (5 by default)
+    daemon_threads = False  # closing waits for the answers being written
+    block_on_close = True
+
+
 def make_server(app: App, host: str = "127.0.0.1", port: int = 8080):
     """The HTTP server of `app` on `host:port` (0: any free port), not yet serving."""
-    server = http.server.ThreadingHTTPServer((host, port), _Handler)
-    server.daemon_threads = False  # closing waits for the answers being written
-    server.block_on_close = True
+    server = _Server((host, port), _Handler)
     server.app = app
     return server
 

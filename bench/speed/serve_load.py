@@ -101,8 +101,9 @@ def direct_worker(args) -> dict:
 
 def driver(args) -> int:
     sentences = [source for source, _ in read_pairs(args.test, args.requests)]
+    run, test = args.run.resolve(), args.test.resolve()  # the workers start in the repository
     before = machine()
-    command = pinned([sys.executable, "-m", "transformer.cli.serve", str(args.run), "--port",
+    command = pinned([sys.executable, "-m", "transformer.cli.serve", str(run), "--port",
                       "0", "--engine", args.engine, "--max-batch", str(args.max_batch)],
                      args.server_cores)
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO)
@@ -119,8 +120,8 @@ def driver(args) -> int:
     finally:
         server.terminate()
         server.wait(60)
-    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(args.run),
-                                 "--test", str(args.test), "--requests", str(args.requests),
+    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(run),
+                                 "--test", str(test), "--requests", str(args.requests),
                                  "--engine", args.engine, "--max-batch", str(args.max_batch),
                                  "--worker"], args.server_cores), None, "the direct engine")
     print(json.dumps(direct), flush=True)
