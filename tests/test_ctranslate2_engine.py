@@ -271,17 +271,17 @@ def test_export_help_does_not_import_tensorflow():
     assert done.stdout.splitlines()[-2:] == ["status 0", "tensorflow imported: False"]
 
 
-def _readme_snippet():
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Serving with CTranslate2", 1)[1].split("\n## ", 1)[0]
-    (code,) = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+def _docs_snippet():
+    """The snippet of docs/ctranslate2.md, which README.md's CTranslate2 section points to."""
+    text = (REPO / "docs" / "ctranslate2.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
     return code
 
 
-def test_the_readmes_serving_snippet_runs_with_ctranslate2_and_sentencepiece_only(
+def test_the_documented_snippet_runs_with_ctranslate2_and_sentencepiece_only(
         run_copy, tmp_path):
     int8 = export_cli.ctranslate2_model(run_copy, "int8")
-    code = _readme_snippet().replace("runs/toy", str(run_copy))
+    code = _docs_snippet().replace("runs/toy", str(run_copy))
     code += "import sys; print('tensorflow imported:', 'tensorflow' in sys.modules)\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
