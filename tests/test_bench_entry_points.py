@@ -54,7 +54,7 @@ def test_no_mode_or_an_unknown_one_lists_the_modes(monkeypatch, capsys):
 
 @pytest.mark.parametrize("script, modes", [
     ("train_speed.py", ["step", "keras", "tokenizers", "data"]),
-    ("decode_speed.py", ["engines", "cached"]),
+    ("decode_speed.py", ["engines", "cached", "serve"]),
 ])
 def test_the_entry_points_list_their_modes(script, modes):
     done = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True,

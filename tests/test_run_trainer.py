@@ -253,7 +253,7 @@ def test_malloc_thresholds_are_raised_under_glibc():
     import sys
     from pathlib import Path
 
-    from transformer.kernels import allocator
+    from transformer.run import allocator
 
     if not (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"):
         assert allocator.keep_freed_memory() is False

@@ -265,18 +265,18 @@ def test_the_options_and_their_help_come_from_the_schema():
     # A setting added to the schema is an option, its help and default generated.
     @dataclasses.dataclass(frozen=True)
     class Extended(RunConfig):
-        patience: int = setting(3, "epochs without improvement before stopping",
+        min_delta: int = setting(3, "the least improvement that counts",
                                 section="schedule", kind="positive_int", metavar="N")
         undocumented: float = 0.5
 
     extended = build_parser(schema=Extended)
-    assert (_help_of(extended, "--patience")
-            == "epochs without improvement before stopping (default: 3)")
-    assert extended.parse_args(["--patience", "7"]).patience == 7
+    assert (_help_of(extended, "--min-delta")
+            == "the least improvement that counts (default: 3)")
+    assert extended.parse_args(["--min-delta", "7"]).min_delta == 7
     assert extended.parse_args(["--undocumented", "0.7"]).undocumented == 0.7
-    assert "--patience N" in extended.format_help()
+    assert "--min-delta N" in extended.format_help()
     assert "--undocumented" in extended.format_help()
-    assert "--patience" not in parser.format_help()
+    assert "--min-delta" not in parser.format_help()
 
 
 def test_dropout_defaults_to_zero_on_real_corpora_and_keeps_a_given_rate(tmp_path):

@@ -16,9 +16,9 @@ the paper (`self.layernorm(x + y)`) and import no kernel.
 called without one); the layers built meanwhile keep their classes.
 
 The run (`transformer.run`, `transformer.cli`) takes the kernels' other
-services from here too: the memory allocators, the moving average of the
-weights, the learning-rate schedule inside an optimizer and the multi-worker
-`fit` workaround. No module outside `transformer.kernels` and this one
+services from here too: the moving average of the weights, the
+learning-rate schedule inside an optimizer and the multi-worker `fit`
+workaround. No module outside `transformer.kernels` and this one
 imports a kernel (tests/test_public_api_only.py).
 """
 
@@ -29,7 +29,6 @@ import contextlib
 import keras
 
 from transformer.kernels import fast_ops
-from transformer.kernels.allocator import use_fast_allocators
 from transformer.kernels.multiworker import multi_worker_fit_workaround
 from transformer.kernels.optimizers import (
     AveragingAdam,
@@ -42,7 +41,7 @@ from transformer.kernels.optimizers import (
 
 __all__ = ["Dropout", "LayerNormalization", "adam", "keeps_moving_average",
            "learning_rate_schedule", "multi_worker_fit_workaround", "swap_moving_average",
-           "token_losses", "use_fast_allocators", "use_keras_layers", "use_moving_average"]
+           "token_losses", "use_keras_layers", "use_moving_average"]
 
 # The layer classes the paper's modules build, looked up when a layer is built.
 Dropout = fast_ops.Dropout

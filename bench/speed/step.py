@@ -60,7 +60,7 @@ import time
 
 from common import RESULTS, machine, worker_json, write_json
 
-from transformer.kernels.allocator import BFC_ALLOCATOR_ENV  # standard library only
+from transformer.run.allocator import BFC_ALLOCATOR_ENV  # standard library only
 
 VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn", "malloc",
             "arena1", "xla-loss", "fixed-shapes", "xla-step", "gather-loss")
@@ -111,7 +111,7 @@ def _keras_optimizer(config):
 
 def _allocator(variant) -> None:
     """Sets this process's malloc as the variant asks (before TensorFlow allocates)."""
-    from transformer.kernels import allocator
+    from transformer.run import allocator
 
     allocator.keep_freed_memory()
     if variant == "arena1":

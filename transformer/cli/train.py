@@ -42,6 +42,7 @@ from transformer.cli.common import (
 )
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.adapt import parent_model
+from transformer.run.allocator import use_fast_allocators
 from transformer.run.config import RESUMABLE_FIELDS, RunConfig
 from transformer.run.config_format import resume_config
 from transformer.run.recipes import (
@@ -55,7 +56,6 @@ from transformer.run.recipes import (
     dataset_defaults,
     default_model,
 )
-from transformer.seams import use_fast_allocators
 from transformer.settings import SECTIONS, Option, option_flag, settings_option
 
 

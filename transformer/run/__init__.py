@@ -15,6 +15,8 @@ loss, accuracy) is `transformer.training`, the run directory is
   checkpoints, summaries).
 - `checkpoints`: what a checkpoint holds, resuming from it, averaging the last ones.
 - `best`: the best weights by validation loss, kept as they come; early stopping.
+- `adapt`: a run started from another's weights and vocabulary (`--init-from`).
+- `allocator`: the memory allocators that keep a step's freed memory.
 - `fitting`: the `model.fit` calls over a run's epochs and their batch streams.
 - `evaluation`: exact match, BLEU and token accuracy on sentence pairs.
 - `train`: `train`, which runs all of it and writes the run directory.

@@ -35,6 +35,7 @@ from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_
 from transformer.model import build_model
 from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
+from transformer.run.allocator import use_fast_allocators
 from transformer.run.best import KeepBest, ValidateMovingAverage, read_best, restore_best
 from transformer.run.callbacks import (
     CheckpointSaver,
@@ -56,7 +57,7 @@ from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, d
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
 from transformer.run.token_files import training_tokens
-from transformer.seams import learning_rate_schedule, use_fast_allocators
+from transformer.seams import learning_rate_schedule
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 from transformer.translate import export_translator
 
