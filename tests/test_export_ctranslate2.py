@@ -356,7 +356,8 @@ def pre_norm_export(tiny_run, tmp_path_factory):
 def test_trained_model_greedy_and_beam_equal_the_reference(export, request, test_pairs):
     tokenizers, model, directory = request.getfixturevalue(export)
     translator = ctranslate2.Translator(str(directory))
-    sentences = [source for source, _ in test_pairs]
+    # The reference searches are plain Python loops: a third of the test pairs.
+    sentences = [source for source, _ in test_pairs[:24]]
     tokens = source_tokens(tokenizers.source, sentences)
     source_ids = [list(r) for r in tokenizers.source.tokenize(tf.constant(sentences)).to_list()]
     target_vocab = vocabulary(tokenizers.target)
