@@ -118,7 +118,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        `checkpoint_every` updates and every epoch, `metrics.csv` and
        TensorBoard `logs/`.
     4. Averages the weights if asked (`average_checkpoints`, `ema_momentum`),
-       saves `model.keras`, evaluates on the test split (`metrics.json`) and
+       or with `restore_best_weights` takes those of the lowest validation
+       loss (`transformer.run.best`), saves `model.keras`, evaluates on the test split (`metrics.json`) and
        exports the translator (`export/`) when `transformer.translate` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state (its
@@ -128,6 +129,8 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     uninterrupted run's batches and dropout masks, and ends with its weights.
     A resume without a usable checkpoint, on other data or with another
     model's checkpoint is refused (docs/design.md, "Resuming a run").
+    With `init_from`, a new run starts from that run's weights and
+    vocabulary (`transformer.run.adapt`).
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
@@ -505,7 +508,7 @@ def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus):
         return load_tokenizers(tokenizers_dir)
     if config.init_from:  # the parent's vocabulary, copied into this run
         parent_dir = Path(config.init_from) / rundir.TOKENIZERS_DIR
-        logger.info("Vocabulary: %s's.", parent_dir)
+        logger.info("Vocabulary: %s's, copied from %s.", config.init_from, parent_dir)
         if session.chief:
             shutil.rmtree(tokenizers_dir, ignore_errors=True)
             shutil.copytree(parent_dir, tokenizers_dir)
