@@ -1,14 +1,15 @@
-"""What the two command-line scripts, train.py and translate.py, share.
+"""What the command-line scripts (train.py, translate.py, transformer-serve, ...) share.
 
 Argument types that reject bad values with a message naming the value, an
 `argparse.ArgumentParser` whose errors are one line, the one-line report of an
-error, and the hiding of TensorFlow's native start-up messages. Standard
+error, the progress log's lines (`log_progress`), and the hiding of TensorFlow's native start-up messages. Standard
 library only: importing it does not import TensorFlow.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -225,6 +226,16 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def log_progress(stream) -> None:
+    """Writes the package's INFO log lines (a run's progress) to `stream`, bare."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package_logger = logging.getLogger("transformer")
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False
 
 
 def report_error(prog: str, err: BaseException) -> int:

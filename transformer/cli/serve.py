@@ -12,11 +12,10 @@ before that (a missing run, a port in use) are one line, exit status 1.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from transformer import rundir
-from transformer.cli.common import OneLineErrorParser, positive_int, report_error
+from transformer.cli.common import OneLineErrorParser, log_progress, positive_int, report_error
 from transformer.serve import App, Batcher, Limits, load_engine, make_server, serve
 
 PROG = "transformer-serve"
@@ -60,12 +59,7 @@ def main(argv=None) -> int:
     if args.quantization is not None and args.engine != "ctranslate2":
         print(f"{PROG}: error: --quantization is for --engine ctranslate2", file=sys.stderr)
         return 2
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    package_logger = logging.getLogger("transformer")
-    package_logger.addHandler(handler)
-    package_logger.setLevel(logging.INFO)
-    package_logger.propagate = False
+    log_progress(sys.stderr)
 
     try:
         run_dir = rundir.check_run_dir(args.run)

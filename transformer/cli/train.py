@@ -35,6 +35,7 @@ from transformer.cli.common import (
     duration,
     hide_native_stderr,
     learning_rate,
+    log_progress,
     non_negative_int,
     positive_int,
     rate,
@@ -279,12 +280,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     resume, export = getattr(args, "resume", False), not getattr(args, "no_export", False)
 
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    package_logger = logging.getLogger("transformer")
-    package_logger.addHandler(handler)
-    package_logger.setLevel(logging.INFO)
-    package_logger.propagate = False
+    log_progress(sys.stdout)
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFDS' and TensorFlow's warnings
     # and tf.get_logger()'s, e.g. a refused checkpoint's unrestored values, after the error line
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
