@@ -194,11 +194,28 @@ def test_mirrored_strategy_on_two_logical_cpus(data_args, tmp_path):
     assert (out / "model.keras").is_file()
 
 
+# Worker 1's clock runs ten times as fast as worker 0's: counting its own
+# time, it would reach the budget steps before the chief.
+SKEWED_CLOCK = """
+import json, os, runpy, sys, time, types
+from transformer.run import callbacks
+
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+    fast = types.ModuleType("fast_time")
+    fast.__dict__.update(vars(time))
+    fast.perf_counter = lambda: 10 * time.perf_counter()
+    callbacks.time = fast
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
 @pytest.mark.slow
-def test_multi_worker_two_processes_end_with_the_same_weights(data_args, tmp_path):
+def test_multi_worker_two_processes_stop_at_one_budget_with_the_same_weights(data_args, tmp_path):
     out = tmp_path / "run"
-    args = [sys.executable, TRAIN, *TINY, *data_args, "--epochs", "2", "--no-export",
-            "--strategy", "multi-worker", "--output-dir", str(out)]
+    args = [sys.executable, "-c", SKEWED_CLOCK, *TINY, *data_args, "--epochs", "400",
+            "--time-budget", "12s", "--no-export", "--strategy", "multi-worker",
+            "--output-dir", str(out)]
     # run_workers picks free ports and relaunches on new ones if another
     # process took a port before a worker bound it (see worker_helpers.free_ports).
     outputs = []
@@ -208,8 +225,12 @@ def test_multi_worker_two_processes_end_with_the_same_weights(data_args, tmp_pat
     chief, other = outputs
     assert "2 workers, 2 replicas in sync; this is worker 0" in chief
     assert "this is worker 1" in other
+    # Both count the chief's seconds: they stop after the same step, the
+    # budget's, long before the epochs' 2,000 steps, with the same weights.
+    stops = [re.findall(r"Time budget of 12 s reached at step (\d+)", log) for log in outputs]
+    assert stops[0] == stops[1] and len(stops[0]) == 1, stops
     assert weights_digest(chief) == weights_digest(other)
-    assert weights_digest(chief)[0] == 10
+    assert 0 < weights_digest(chief)[0] < 2000
     # Only the chief wrote the run directory; the other worker's copies are gone.
     assert (out / "model.keras").is_file() and (out / "metrics.json").is_file()
     assert "Run directory" in chief and "Run directory" not in other

@@ -154,13 +154,19 @@ class TrainingClock(keras.callbacks.Callback):
         seconds: a float64 `tf.Variable`, the seconds already trained.
         budget: the most seconds of training, or None for no limit.
         schedule: the `CustomSchedule` to keep informed, or None.
+        agree: for the workers of a multi-worker run, the function that turns
+            this worker's seconds into the seconds all of them count
+            (`transformer.run.distribute.chief_clock`), so that they stop
+            after the same step and schedule alike; None for one process.
     """
 
-    def __init__(self, seconds: tf.Variable, budget: float | None = None, schedule=None):
+    def __init__(self, seconds: tf.Variable, budget: float | None = None, schedule=None,
+                 agree=None):
         super().__init__()
         self.seconds = seconds
         self.budget = budget
         self.schedule = schedule if budget is not None else None
+        self.agree = agree
         self._base = 0.0
         self._started = 0.0
 
@@ -171,6 +177,8 @@ class TrainingClock(keras.callbacks.Callback):
 
     def _update(self) -> float:
         elapsed = self._base + time.perf_counter() - self._started
+        if self.agree is not None:
+            elapsed = self.agree(elapsed)
         self.seconds.assign(elapsed)
         if self.schedule is not None:
             self.schedule.set_time_progress(elapsed / self.budget)

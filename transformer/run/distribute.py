@@ -133,6 +133,31 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return False
 
 
+def chief_clock(strategy: tf.distribute.Strategy):
+    """What makes the workers of a multi-worker run count one time: a function
+    from this worker's elapsed seconds to the chief's, or None where there is
+    one process.
+
+    Every worker calls it at the same points (after each step and epoch, from
+    `TrainingClock`), so its all-reduce lines up across them. Each worker
+    contributes its seconds if it is the chief and 0 otherwise; the sum is
+    the chief's seconds. Workers that kept their own clocks would stop at a
+    time budget after different steps (one validating while another steps)
+    and would give the learning-rate schedule different progress.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return None
+    # Each of the chief's replicas carries an equal part of its seconds.
+    part = (1.0 if is_chief(strategy) else 0.0) / len(strategy.extended.worker_devices)
+
+    @tf.function
+    def chiefs(seconds):
+        per_replica = strategy.run(lambda: seconds * part)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return lambda seconds: float(chiefs(tf.constant(seconds, tf.float64)))
+
+
 def worker_name(strategy: tf.distribute.Strategy) -> str:
     """`"worker 1"` and the like for logs; `"chief"` for the process that writes."""
     resolver = getattr(strategy, "cluster_resolver", None)

@@ -41,11 +41,11 @@ def expected_passes(config: RunConfig, best: TokenizedPairs, step: int,
                     seconds: float | None = None) -> float:
     """The passes over `best` a run is on course for after `step` updates in
     `seconds` of training: all its epochs' steps, or fewer when its time budget
-    runs out first. The workers of a multi-worker run read one stream but
-    keep their own clocks, so with a budget they count none: no sampling."""
+    runs out first. The workers of a multi-worker run count the chief's
+    seconds (`TrainingClock`), so they decide alike."""
     steps = config.epochs * config.steps_per_epoch
     if config.time_budget is not None:
-        if config.strategy == "multi-worker" or not seconds:
+        if not seconds:
             return 0.0
         steps = min(steps, step * config.time_budget / seconds)
     return steps / _pass_batches(config, best, 0)

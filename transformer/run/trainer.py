@@ -51,7 +51,7 @@ from transformer.run.callbacks import (
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
 from transformer.run.config import RunConfig
 from transformer.run.config_format import check_resumable, read_config, resumed_with, write_config
-from transformer.run.distribute import is_chief, make_strategy, worker_name
+from transformer.run.distribute import chief_clock, is_chief, make_strategy, worker_name
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
@@ -395,7 +395,8 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
         epoch, batch = divmod(initial_step, config.steps_per_epoch)
         logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                     epoch + 1, batch)
-    clock = TrainingClock(train_seconds, config.time_budget, schedule if ends else None)
+    clock = TrainingClock(train_seconds, config.time_budget, schedule if ends else None,
+                          agree=chief_clock(session.strategy))
     return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
                        initial_step=initial_step, clock=clock)
 
