@@ -6,6 +6,10 @@ The names below are imported on first use, all together (so every Keras class
 of the package is registered for loading, as before): importing a subpackage
 that needs no TensorFlow, such as `transformer.cli`, `transformer.data` or
 `transformer.rundir`, does not import it.
+
+The paper's layers (positional, masking, attention, layers, model) run on
+every Keras backend; under JAX or PyTorch the names of training and decoding
+(`_TENSORFLOW_ONLY`) raise `transformer.seams.BackendError`, one line saying so.
 """
 
 from __future__ import annotations
@@ -58,6 +62,15 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
+# The modules whose names need the TensorFlow backend: training and decoding
+# are written in TensorFlow ops (docs/design.md, "Public API").
+_TENSORFLOW_ONLY = {"training": "transformer.training", "translate": "transformer.translate"}
+
+
+def _seams():
+    """`transformer.seams`, which knows the backend and holds the one check of it."""
+    return importlib.import_module(f"{__name__}.seams")
+
 
 def _import_all() -> None:
     """Imports the modules of `_EXPORTS` and binds their names here. Their Keras
@@ -65,14 +78,18 @@ def _import_all() -> None:
     `transformer.run.train` compiles models with), are then registered for loading."""
     for module in dict.fromkeys(_EXPORTS.values()):
         importlib.import_module(f"{__name__}.{module}")
+    tensorflow = _seams().KERNELS
     for name, module in _EXPORTS.items():
-        globals()[name] = getattr(globals()[module], name)
+        if tensorflow or module not in _TENSORFLOW_ONLY:  # else asked for through __getattr__
+            globals()[name] = getattr(globals()[module], name)
 
 
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     _import_all()
+    if _EXPORTS[name] in _TENSORFLOW_ONLY:
+        _seams().require_tensorflow(f"{_TENSORFLOW_ONLY[_EXPORTS[name]]}.{name}")
     return globals()[name]
 
 

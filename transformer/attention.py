@@ -23,9 +23,12 @@ converters to and from Keras's layer are in `transformer.keras_interop`.
 from __future__ import annotations
 
 import math
+import warnings
 
 import keras
-import tensorflow as tf
+import ml_dtypes
+import numpy as np
+from keras import ops
 
 from transformer import seams
 from transformer._validation import check_heads_divide, check_positive_int, check_rate
@@ -41,10 +44,24 @@ def mask_value(dtype) -> float:
     negative finite number of the dtype: adding it to any logit of magnitude up
     to that half stays finite, and its softmax weight is exactly 0.
     """
-    dtype = tf.as_dtype(dtype)
-    if dtype in (tf.float32, tf.float64):
+    dtype = keras.backend.standardize_dtype(dtype)
+    if dtype in ("float32", "float64"):
         return MASK_NEGATIVE_FLOAT32
-    return float(dtype.min) / 2.0
+    if dtype == "bfloat16":
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).min) / 2.0
+    return float(np.finfo(dtype).min) / 2.0
+
+
+def _softmax(logits):
+    """`keras.ops.softmax` over the keys. One key (the first step of cached
+    decoding) is a softmax over one number, rightly 1: Keras' warning that it
+    is likely a mistake is silenced there."""
+    if logits.shape[-1] != 1:
+        return ops.softmax(logits, axis=-1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are using a softmax over axis",
+                                category=UserWarning)
+        return ops.softmax(logits, axis=-1)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -69,44 +86,47 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 
     Example (the tutorial's):
 
-    >>> k = tf.constant([[10, 0, 0], [0, 10, 0], [0, 0, 10], [0, 0, 10]], tf.float32)
-    >>> v = tf.constant([[1, 0], [10, 0], [100, 5], [1000, 6]], tf.float32)
-    >>> out, w = scaled_dot_product_attention(tf.constant([[0, 10, 0]], tf.float32), k, v)
-    >>> w.numpy().round(6), out.numpy().round(6)
+    >>> k = np.array([[10, 0, 0], [0, 10, 0], [0, 0, 10], [0, 0, 10]], "float32")
+    >>> v = np.array([[1, 0], [10, 0], [100, 5], [1000, 6]], "float32")
+    >>> out, w = scaled_dot_product_attention(np.array([[0, 10, 0]], "float32"), k, v)
+    >>> ops.convert_to_numpy(w).round(6), ops.convert_to_numpy(out).round(6)
     (array([[0., 1., 0., 0.]], dtype=float32), array([[10.,  0.]], dtype=float32))
 
     A query that matches the last two keys equally averages their values; with
     the last key masked (1 = may not attend), it takes the third key's alone:
 
-    >>> q = tf.constant([[0, 0, 10]], tf.float32)
-    >>> scaled_dot_product_attention(q, k, v)[0].numpy().round(6)
+    >>> q = np.array([[0, 0, 10]], "float32")
+    >>> ops.convert_to_numpy(scaled_dot_product_attention(q, k, v)[0]).round(6)
     array([[550. ,   5.5]], dtype=float32)
-    >>> out, w = scaled_dot_product_attention(q, k, v, mask=tf.constant([[0., 0., 0., 1.]]))
-    >>> w.numpy().round(6), out.numpy().round(6)
+    >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([[0., 0., 0., 1.]]))
+    >>> ops.convert_to_numpy(w).round(6), ops.convert_to_numpy(out).round(6)
     (array([[0., 0., 1., 0.]], dtype=float32), array([[100.,   5.]], dtype=float32))
 
     With a batch and heads, the leading axes come along:
 
-    >>> q, k, v = tf.ones((2, 8, 3, 16)), tf.ones((2, 8, 5, 16)), tf.ones((2, 8, 5, 32))
+    >>> q, k, v = ops.ones((2, 8, 3, 16)), ops.ones((2, 8, 5, 16)), ops.ones((2, 8, 5, 32))
     >>> out, w = scaled_dot_product_attention(q, k, v)
-    >>> out.shape, w.shape  # (batch, heads, seq_q, depth_v), (batch, heads, seq_q, seq_k)
-    (TensorShape([2, 8, 3, 32]), TensorShape([2, 8, 3, 5]))
+    >>> tuple(out.shape), tuple(w.shape)  # (batch, heads, seq_q, depth_v), (..., seq_q, seq_k)
+    ((2, 8, 3, 32), (2, 8, 3, 5))
     """
-    q = tf.convert_to_tensor(q)
-    k = tf.convert_to_tensor(k, dtype=q.dtype)
-    v = tf.convert_to_tensor(v, dtype=q.dtype)
-    depth = k.shape[-1]
-    if depth is None:
-        scale = tf.math.rsqrt(tf.cast(tf.shape(k)[-1], q.dtype))
+    q = ops.convert_to_tensor(q)
+    dtype = keras.backend.standardize_dtype(q.dtype)
+    k = ops.convert_to_tensor(k, dtype=dtype)
+    v = ops.convert_to_tensor(v, dtype=dtype)
+    depth = ops.shape(k)[-1]  # an int, or under TensorFlow a tensor when unknown
+    if isinstance(depth, int):
+        scale = ops.cast(1.0 / math.sqrt(depth), dtype)
     else:
-        scale = tf.cast(1.0 / math.sqrt(depth), q.dtype)
-    # Scaling q before the product equals scaling the logits and touches fewer numbers.
-    logits = tf.matmul(q * scale, k, transpose_b=True)  # (..., seq_len_q, seq_len_k)
+        scale = ops.rsqrt(ops.cast(depth, dtype))
+    # Scaling q before the product equals scaling the logits and touches fewer
+    # numbers. TensorFlow folds the transpose into the product (its graph
+    # optimizer makes it BatchMatMul's adj_y), as `transpose_b=True` did.
+    logits = ops.matmul(q * scale, ops.swapaxes(k, -1, -2))  # (..., seq_len_q, seq_len_k)
     if mask is not None:
-        mask = tf.cast(mask, logits.dtype)
-        logits += mask * tf.cast(mask_value(logits.dtype), logits.dtype)
-    attention_weights = tf.nn.softmax(logits, axis=-1)  # (..., seq_len_q, seq_len_k)
-    output = tf.matmul(attention_weights, v)  # (..., seq_len_q, depth_v)
+        mask = ops.cast(mask, dtype)
+        logits += mask * ops.cast(mask_value(dtype), dtype)
+    attention_weights = _softmax(logits)  # (..., seq_len_q, seq_len_k)
+    output = ops.matmul(attention_weights, v)  # (..., seq_len_q, depth_v)
     return output, attention_weights
 
 
@@ -158,15 +178,15 @@ class MultiHeadAttention(keras.layers.Layer):
     Example:
 
     >>> mha = MultiHeadAttention(d_model=512, num_heads=8)
-    >>> y = tf.random.uniform((1, 60, 512))
+    >>> y = np.random.default_rng(0).uniform(size=(1, 60, 512)).astype("float32")
     >>> out, w = mha(y, y, y)
-    >>> out.shape, w.shape  # (batch, seq_q, d_model), (batch, heads, seq_q, seq_k)
-    (TensorShape([1, 60, 512]), TensorShape([1, 8, 60, 60]))
+    >>> tuple(out.shape), tuple(w.shape)  # (batch, seq_q, d_model), (batch, heads, seq_q, seq_k)
+    ((1, 60, 512), (1, 8, 60, 60))
 
     With the look-ahead mask, position 0 attends only to itself, in every head:
 
     >>> out, w = mha(y, y, y, mask=create_look_ahead_mask(60))
-    >>> w[0, :, 0, :2].numpy().round(6)  # (heads, the first two keys), float32 rounding aside
+    >>> ops.convert_to_numpy(w[0, :, 0, :2]).round(6)  # (heads, the first two keys)
     array([[1., 0.],
            [1., 0.],
            [1., 0.],
@@ -214,13 +234,13 @@ class MultiHeadAttention(keras.layers.Layer):
 
         `(batch, seq_len, d_model)` -> `(batch, num_heads, seq_len, depth)`.
         """
-        x = tf.reshape(x, (batch_size, -1, self.num_heads, self.depth))
-        return tf.transpose(x, perm=[0, 2, 1, 3])  # (batch, num_heads, seq_len, depth)
+        x = ops.reshape(x, (batch_size, -1, self.num_heads, self.depth))
+        return ops.transpose(x, (0, 2, 1, 3))  # (batch, num_heads, seq_len, depth)
 
     def combine_heads(self, x, batch_size):
         """The inverse of `split_heads`: `(batch, heads, seq, depth)` -> `(batch, seq, d_model)`."""
-        x = tf.transpose(x, perm=[0, 2, 1, 3])  # (batch, seq_len, num_heads, depth)
-        return tf.reshape(x, (batch_size, -1, self.d_model))  # (batch, seq_len, d_model)
+        x = ops.transpose(x, (0, 2, 1, 3))  # (batch, seq_len, num_heads, depth)
+        return ops.reshape(x, (batch_size, -1, self.d_model))  # (batch, seq_len, d_model)
 
     def project_keys_values(self, k, v):
         """Projects and splits keys and values: two `(batch, heads, seq_k, depth)` tensors.
@@ -230,15 +250,15 @@ class MultiHeadAttention(keras.layers.Layer):
         encoder-decoder attention's cache; `call` calls it for each new token
         of masked self-attention.
         """
-        batch_size = tf.shape(k)[0]
+        batch_size = ops.shape(k)[0]
         k = self.split_heads(self.wk(k), batch_size)  # (batch, num_heads, seq_len_k, depth)
         v = self.split_heads(self.wv(v), batch_size)  # (batch, num_heads, seq_len_v, depth)
         return k, v
 
     def attend(self, q, k_heads, v_heads, mask=None, training=None):
         """Attention of raw queries `q` over already projected `k_heads`, `v_heads`."""
-        batch_size = tf.shape(q)[0]
-        one_position = q.shape.rank == 2  # (batch, d_q): a single query position
+        batch_size = ops.shape(q)[0]
+        one_position = len(q.shape) == 2  # (batch, d_q): a single query position
         q = self.split_heads(self.wq(q), batch_size)  # (batch, num_heads, seq_len_q, depth)
         scaled_attention, attention_weights = scaled_dot_product_attention(
             q, k_heads, v_heads, mask
@@ -247,9 +267,9 @@ class MultiHeadAttention(keras.layers.Layer):
             # Dropout on the weights that mix the values, as Keras's layer does;
             # the weights returned to the caller are the undropped ones.
             dropped = self.dropout(attention_weights, training=training)
-            scaled_attention = tf.matmul(dropped, v_heads)
+            scaled_attention = ops.matmul(dropped, v_heads)
         if one_position:  # keep it 2-D: the output projection is one matrix product
-            concat = tf.reshape(scaled_attention, (batch_size, self.d_model))  # (batch, d_model)
+            concat = ops.reshape(scaled_attention, (batch_size, self.d_model))  # (batch, d_model)
         else:
             concat = self.combine_heads(scaled_attention, batch_size)  # (batch, seq_q, d_model)
         return self.dense(concat), attention_weights  # (batch, seq_len_q, d_model)
@@ -262,14 +282,14 @@ class MultiHeadAttention(keras.layers.Layer):
         k_heads, v_heads = cache  # (batch, num_heads, seq_len_cached, depth) each
         if k is not None:
             new_k, new_v = self.project_keys_values(k, k if v is None else v)
-            k_heads = tf.concat([k_heads, new_k], axis=2)  # (batch, heads, seq_len_k, depth)
-            v_heads = tf.concat([v_heads, new_v], axis=2)  # (batch, heads, seq_len_k, depth)
+            k_heads = ops.concatenate([k_heads, new_k], axis=2)  # (batch, heads, seq_k, depth)
+            v_heads = ops.concatenate([v_heads, new_v], axis=2)  # (batch, heads, seq_k, depth)
         output, attention_weights = self.attend(q, k_heads, v_heads, mask=mask, training=training)
         return output, attention_weights, (k_heads, v_heads)
 
     def empty_cache(self, batch_size):
         """A cache with no positions: `(k_heads, v_heads)`, each `(batch, heads, 0, depth)`."""
-        empty = tf.zeros([batch_size, self.num_heads, 0, self.depth], dtype=self.compute_dtype)
+        empty = ops.zeros((batch_size, self.num_heads, 0, self.depth), dtype=self.compute_dtype)
         return empty, empty
 
     def compute_output_shape(self, q_shape, k_shape=None, v_shape=None):
@@ -299,7 +319,7 @@ def sublayer_input(layernorm, x, normalize_first):
 def sublayer_output(layernorm, x, y, normalize_first):
     """The residual connection around a sublayer whose output (after dropout) is
     `y`: `LayerNorm(x + y)` (post-norm, section 3.1), or `x + y` (pre-norm)."""
-    y = tf.cast(y, x.dtype)
+    y = ops.cast(y, keras.backend.standardize_dtype(x.dtype))
     return x + y if normalize_first else layernorm(x + y)
 
 
@@ -422,9 +442,9 @@ class MaskedDecoderSelfAttention(_AttentionBlock):
                 h, h, h, mask=padding_mask, training=training, cache=cache
             )  # (batch, d_model), (batch, heads, 1, seq_len)
             return self._residual(x, attn, training), weights, cache
-        mask = create_look_ahead_mask(tf.shape(x)[1])  # (seq_len, seq_len)
+        mask = create_look_ahead_mask(ops.shape(x)[1])  # (seq_len, seq_len)
         if padding_mask is not None:
-            mask = tf.maximum(tf.cast(padding_mask, mask.dtype), mask)
+            mask = ops.maximum(ops.cast(padding_mask, "float32"), mask)
         h = self._input(x)  # (batch, seq_len, d_model)
         attn, weights = self.mha(h, h, h, mask=mask, training=training)
         return self._residual(x, attn, training), weights

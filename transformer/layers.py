@@ -11,7 +11,7 @@ Architecture"), which learns faster in short runs on real text
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from transformer import seams
 from transformer._validation import check_positive_int
@@ -121,9 +121,9 @@ class EncoderLayer(_LayerBase):
     Example:
 
     >>> layer = EncoderLayer(d_model=16, num_heads=2, dff=32)
-    >>> out, weights = layer(tf.ones((1, 5, 16)))
-    >>> out.shape, weights.shape
-    (TensorShape([1, 5, 16]), TensorShape([1, 2, 5, 5]))
+    >>> out, weights = layer(ops.ones((1, 5, 16)))
+    >>> tuple(out.shape), tuple(weights.shape)
+    ((1, 5, 16), (1, 2, 5, 5))
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
@@ -175,9 +175,9 @@ class DecoderLayer(_LayerBase):
     Example (a target of 3 tokens reading a source of 5):
 
     >>> layer = DecoderLayer(d_model=16, num_heads=2, dff=32)
-    >>> out, block1, block2 = layer(tf.ones((1, 3, 16)), tf.ones((1, 5, 16)))
-    >>> out.shape, block1.shape, block2.shape
-    (TensorShape([1, 3, 16]), TensorShape([1, 2, 3, 3]), TensorShape([1, 2, 3, 5]))
+    >>> out, block1, block2 = layer(ops.ones((1, 3, 16)), ops.ones((1, 5, 16)))
+    >>> tuple(out.shape), tuple(block1.shape), tuple(block2.shape)
+    ((1, 3, 16), (1, 2, 3, 3), (1, 2, 3, 5))
     """
 
     def __init__(self, d_model, num_heads, dff, dropout_rate=0.1, normalize_first=False,
@@ -226,7 +226,7 @@ class DecoderLayer(_LayerBase):
     def initial_cache(self, context):
         """The cache before the first token: no self-attention positions yet, and
         the encoder output `context` projected once for encoder-decoder attention."""
-        batch_size = tf.shape(context)[0]
+        batch_size = ops.shape(context)[0]
         return {
             "self": self.causal_self_attention.mha.empty_cache(batch_size),
             "cross": self.cross_attention.mha.project_keys_values(context, context),

@@ -11,7 +11,7 @@ This is the OPPOSITE of `keras.layers.MultiHeadAttention`'s `attention_mask`
 
 from __future__ import annotations
 
-import tensorflow as tf
+from keras import ops
 
 from transformer.constants import PAD_ID
 
@@ -29,15 +29,15 @@ def create_padding_mask(seq):
 
     Example:
 
-    >>> mask = create_padding_mask(tf.constant([[7, 6, 0, 0, 1]]))
-    >>> mask.shape  # (batch, 1, 1, seq_len): the same for every head and query
-    TensorShape([1, 1, 1, 5])
-    >>> mask[0, 0, 0].numpy()
+    >>> import numpy as np
+    >>> mask = create_padding_mask(np.array([[7, 6, 0, 0, 1]]))
+    >>> tuple(mask.shape)  # (batch, 1, 1, seq_len): the same for every head and query
+    (1, 1, 1, 5)
+    >>> ops.convert_to_numpy(mask[0, 0, 0])
     array([0., 0., 1., 1., 0.], dtype=float32)
     """
-    seq = tf.convert_to_tensor(seq)
-    mask = tf.cast(tf.math.equal(seq, PAD_ID), tf.float32)  # (batch, seq_len)
-    return mask[:, tf.newaxis, tf.newaxis, :]  # (batch, 1, 1, seq_len)
+    mask = ops.cast(ops.equal(seq, PAD_ID), "float32")  # (batch, seq_len)
+    return mask[:, None, None, :]  # (batch, 1, 1, seq_len)
 
 
 def create_look_ahead_mask(size):
@@ -51,13 +51,13 @@ def create_look_ahead_mask(size):
 
     Example:
 
-    >>> create_look_ahead_mask(3).numpy()
+    >>> ops.convert_to_numpy(create_look_ahead_mask(3))
     array([[0., 1., 1.],
            [0., 0., 1.],
            [0., 0., 0.]], dtype=float32)
     """
-    ones = tf.ones((size, size), dtype=tf.float32)
-    return 1.0 - tf.linalg.band_part(ones, -1, 0)  # (size, size)
+    ones = ops.ones((size, size), dtype="float32")
+    return 1.0 - ops.tril(ones)  # (size, size)
 
 
 def create_decoder_mask(tar):
@@ -72,16 +72,17 @@ def create_decoder_mask(tar):
 
     Example (`[START] the [END] [PAD]`: no query sees the padding):
 
-    >>> create_decoder_mask(tf.constant([[2, 7, 3, 0]]))[0, 0].numpy()
+    >>> import numpy as np
+    >>> ops.convert_to_numpy(create_decoder_mask(np.array([[2, 7, 3, 0]]))[0, 0])
     array([[0., 1., 1., 1.],
            [0., 0., 1., 1.],
            [0., 0., 0., 1.],
            [0., 0., 0., 1.]], dtype=float32)
     """
-    tar = tf.convert_to_tensor(tar)
-    look_ahead = create_look_ahead_mask(tf.shape(tar)[1])  # (tar_len, tar_len)
+    tar = ops.convert_to_tensor(tar)
+    look_ahead = create_look_ahead_mask(ops.shape(tar)[1])  # (tar_len, tar_len)
     padding = create_padding_mask(tar)  # (batch, 1, 1, tar_len)
-    return tf.maximum(padding, look_ahead)  # (batch, 1, tar_len, tar_len)
+    return ops.maximum(padding, look_ahead)  # (batch, 1, tar_len, tar_len)
 
 
 def create_masks(inp, tar):
@@ -99,7 +100,8 @@ def create_masks(inp, tar):
 
     Example:
 
-    >>> masks = create_masks(tf.constant([[5, 6, 7, 0, 0]]), tf.constant([[2, 8, 9]]))
+    >>> import numpy as np
+    >>> masks = create_masks(np.array([[5, 6, 7, 0, 0]]), np.array([[2, 8, 9]]))
     >>> [tuple(mask.shape) for mask in masks]
     [(1, 1, 1, 5), (1, 1, 3, 3), (1, 1, 1, 5)]
     """
@@ -116,4 +118,4 @@ def to_keras_attention_mask(mask):
     convention; passing our mask unconverted lets every query attend to exactly
     the padding and future positions, the best-known bug of the tutorial's users.
     """
-    return tf.equal(tf.convert_to_tensor(mask), 0)
+    return ops.equal(mask, 0)

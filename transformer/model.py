@@ -8,7 +8,7 @@ Data flows tokens -> `PositionalEmbedding` -> `Encoder` -> `Decoder` -> logits.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from transformer import seams
 from transformer._validation import check_positive_int
@@ -117,11 +117,12 @@ class Encoder(_Stack):
 
     Example:
 
+    >>> import numpy as np
     >>> encoder = Encoder(TransformerConfig(num_layers=2, d_model=16, num_heads=2, dff=32),
     ...                   vocab_size=50)
-    >>> output, weights = encoder(tf.constant([[5, 6, 7, 0]]))
-    >>> output.shape, sorted(weights)
-    (TensorShape([1, 4, 16]), ['encoder_layer1', 'encoder_layer2'])
+    >>> output, weights = encoder(np.array([[5, 6, 7, 0]]))
+    >>> tuple(output.shape), sorted(weights)
+    ((1, 4, 16), ['encoder_layer1', 'encoder_layer2'])
     """
 
     def __init__(self, config, vocab_size, embedding=None, **kwargs):
@@ -207,9 +208,9 @@ class Decoder(_Stack):
         if cache is not None:
             # Only the newest token, at its position; kept 2-D, so that every
             # Dense sublayer is a single matrix product.
-            position = tf.shape(x)[1] - 1
+            position = ops.shape(x)[1] - 1
             x = self.pos_embedding(x[:, -1:], start_position=position)  # (batch, 1, d_model)
-            x = tf.reshape(x, [-1, self.config.d_model])  # (batch, d_model)
+            x = ops.reshape(x, (-1, self.config.d_model))  # (batch, d_model)
         else:
             x = self.pos_embedding(x)  # (batch, target_len, d_model)
         x = self.dropout(x, training=training)
@@ -266,15 +267,14 @@ class TiedOutputProjection(keras.layers.Layer):
         self.units = embedding.input_dim
 
     def call(self, x):
-        table = tf.cast(self._embedding.embeddings, self.compute_dtype)  # (vocab, d_model)
-        # One 2-D product over all positions: on a 3-D `x`, `tf.matmul` runs a
-        # broadcast batch product, which without oneDNN (CPUs without AVX-512)
-        # took several times as long (BENCHMARKS.md, "Training speed").
-        rows = tf.reshape(x, [-1, tf.shape(x)[-1]])  # (positions, d_model)
-        logits = tf.matmul(rows, table, transpose_b=True)  # (positions, vocab)
-        logits = tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.units]], axis=0))
-        logits.set_shape([*x.shape[:-1], self.units])
-        return logits
+        table = ops.cast(self._embedding.embeddings, self.compute_dtype)  # (vocab, d_model)
+        # One 2-D product over all positions: on a 3-D `x`, TensorFlow's matmul
+        # runs a broadcast batch product, which without oneDNN (CPUs without
+        # AVX-512) took several times as long (BENCHMARKS.md, "Training speed").
+        # TensorFlow folds the transpose into the product (MatMul's transpose_b).
+        rows = ops.reshape(x, (-1, self._embedding.output_dim))  # (positions, d_model)
+        logits = ops.matmul(rows, ops.transpose(table))  # (positions, vocab)
+        return ops.reshape(logits, (*ops.shape(x)[:-1], self.units))  # (..., vocab)
 
     def compute_output_shape(self, input_shape):
         return (*tuple(input_shape)[:-1], self.units)
@@ -328,10 +328,11 @@ class Transformer(keras.Model):
 
     Example:
 
+    >>> import numpy as np
     >>> model = Transformer(num_layers=2, d_model=32, num_heads=4, dff=64,
     ...                     input_vocab_size=100, target_vocab_size=90)
-    >>> model((tf.constant([[5, 6, 7, 0]]), tf.constant([[2, 8, 9]]))).shape
-    TensorShape([1, 3, 90])
+    >>> tuple(model((np.array([[5, 6, 7, 0]]), np.array([[2, 8, 9]]))).shape)
+    (1, 3, 90)
     """
 
     def __init__(
@@ -398,7 +399,7 @@ class Transformer(keras.Model):
         )  # (batch, target_len, d_model)
         logits = self.final_layer(x)  # (batch, target_len, target_vocab_size)
         # Losses and softmax stay in float32 under mixed precision.
-        logits = tf.cast(logits, tf.float32)
+        logits = ops.cast(logits, "float32")
         if return_attention_weights:
             return logits, {**enc_weights, **dec_weights}
         return logits
@@ -467,7 +468,7 @@ class Transformer(keras.Model):
             tokens, None, padding_mask=memory["padding_mask"], training=training, cache=layers
         )  # (batch, d_model)
         logits = self.final_layer(x)  # (batch, target_vocab_size)
-        return tf.cast(logits, tf.float32), [layer["self"] for layer in layers]
+        return ops.cast(logits, "float32"), [layer["self"] for layer in layers]
 
     def get_config(self):
         # The config's fields flat, as the constructor takes them: `.keras`

@@ -8,11 +8,12 @@ The encoding is the paper's, with sines and cosines interleaved::
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from transformer._validation import check_positive_int
 from transformer.constants import DEFAULT_MAX_LENGTH
@@ -87,8 +88,8 @@ class PositionalEmbedding(keras.layers.Layer):
     Example:
 
     >>> layer = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
-    >>> layer(np.array([[5, 6, 7]])).shape
-    TensorShape([1, 3, 16])
+    >>> tuple(layer(np.array([[5, 6, 7]])).shape)
+    (1, 3, 16)
     """
 
     def __init__(self, vocab_size, d_model, max_length=DEFAULT_MAX_LENGTH, embedding=None,
@@ -120,6 +121,9 @@ class PositionalEmbedding(keras.layers.Layer):
         self.built = True
 
     def _check_length(self, seq_len, start_position):
+        """The length check: a `ValueError` now when both numbers are Python
+        ints (always, under JAX and PyTorch), else a TensorFlow assertion to
+        run before the slice (a TensorFlow graph of unknown length)."""
         static_len = seq_len if isinstance(seq_len, int) else None
         static_start = start_position if isinstance(start_position, int) else None
         if static_len is not None and static_start is not None:
@@ -129,32 +133,35 @@ class PositionalEmbedding(keras.layers.Layer):
                     f"`max_length`={self.max_length} of the positional embedding. Trim the "
                     "input or build the model with a larger `max_length`."
                 )
-            return []
-        return [
-            tf.debugging.assert_less_equal(
-                tf.cast(start_position, tf.int32) + tf.cast(seq_len, tf.int32),
-                tf.constant(self.max_length, tf.int32),
-                message=(
-                    "Received an input longer than `max_length`="
-                    f"{self.max_length} of the positional embedding"
-                ),
-            )
-        ]
+            return contextlib.nullcontext()
+        if keras.backend.backend() != "tensorflow":
+            return contextlib.nullcontext()  # a traced JAX position: nothing to assert with
+        import tensorflow as tf  # only a TensorFlow graph gets here
+
+        check = tf.debugging.assert_less_equal(
+            tf.cast(start_position, tf.int32) + tf.cast(seq_len, tf.int32),
+            tf.constant(self.max_length, tf.int32),
+            message=(
+                "Received an input longer than `max_length`="
+                f"{self.max_length} of the positional embedding"
+            ),
+        )
+        return tf.control_dependencies([check])
 
     def call(self, x, start_position=0):
-        seq_len = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
-        checks = self._check_length(seq_len, start_position)
+        seq_len = ops.shape(x)[1]  # an int, or under TensorFlow a tensor when unknown
         # Everything waits for the length check, so a too-long input fails with
         # its message rather than with the slice's own error.
-        with tf.control_dependencies(checks):
+        with self._check_length(seq_len, start_position):
             x = self.embedding(x)  # (batch, seq_len, d_model)
-            x = x * tf.cast(self._scale, x.dtype)
-            encoding = tf.constant(self.pos_encoding, dtype=x.dtype)
+            dtype = keras.backend.standardize_dtype(x.dtype)
+            x = x * ops.cast(self._scale, dtype)
+            encoding = ops.convert_to_tensor(self.pos_encoding, dtype=dtype)
             if isinstance(start_position, int) and isinstance(seq_len, int):
                 encoding = encoding[start_position : start_position + seq_len]
             else:
-                encoding = tf.slice(encoding, [start_position, 0], [seq_len, self.d_model])
-            return x + encoding[tf.newaxis, :, :]  # (batch, seq_len, d_model)
+                encoding = ops.slice(encoding, [start_position, 0], [seq_len, self.d_model])
+            return x + encoding[None, :, :]  # (batch, seq_len, d_model)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)

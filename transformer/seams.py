@@ -20,6 +20,12 @@ services from here too: the moving average of the weights, the
 learning-rate schedule inside an optimizer and the multi-worker `fit`
 workaround. No module outside `transformer.kernels` and this one
 imports a kernel (tests/test_public_api_only.py).
+
+The kernels are TensorFlow's: under another Keras backend (JAX, PyTorch) the
+layers are built with Keras's own `Dropout` and `LayerNormalization` and
+`adam` is Keras's own Adam, so the paper's layers run anywhere; the run's
+services, which only training, decoding and export use, then raise
+`BackendError` (`require_tensorflow`, the one check and its one message).
 """
 
 from __future__ import annotations
@@ -39,16 +45,59 @@ from transformer.kernels.optimizers import (
     use_moving_average,
 )
 
-__all__ = ["Dropout", "LayerNormalization", "adam", "keeps_moving_average",
-           "learning_rate_schedule", "multi_worker_fit_workaround", "swap_moving_average",
-           "token_losses", "use_keras_layers", "use_moving_average"]
+__all__ = ["BackendError", "Dropout", "LayerNormalization", "adam", "keeps_moving_average",
+           "learning_rate_schedule", "multi_worker_fit_workaround", "require_tensorflow",
+           "swap_moving_average", "token_losses", "use_keras_layers", "use_moving_average"]
+
+# Whether the kernels may serve: they are TensorFlow ops and Keras's TensorFlow
+# internals. Keras fixes its backend when it is imported, so this is read once.
+KERNELS = keras.backend.backend() == "tensorflow"
+
+
+class BackendError(RuntimeError, ValueError):
+    """A TensorFlow-only part of the project was asked for under another Keras
+    backend. It is a `ValueError` too, so that the command lines, which report
+    a `ValueError` in one line, report it without a traceback."""
+
+
+def require_tensorflow(what: str) -> None:
+    """Raises `BackendError` naming `what` unless Keras runs on TensorFlow: the
+    one check of the parts that stay TensorFlow-only (training, decoding,
+    export, the data pipeline), with the one message."""
+    if not KERNELS:
+        raise BackendError(
+            f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras runs on "
+            f"{keras.backend.backend()!r}. The layers of transformer.positional, masking, "
+            "attention, layers and model run on any backend."
+        )
+
+
+def _tensorflow_only(function, what: str):
+    """`function` itself under TensorFlow; elsewhere a stand-in that raises `BackendError`."""
+    if KERNELS:
+        return function
+
+    def refuse(*args, **kwargs):
+        require_tensorflow(what)
+
+    refuse.__name__ = refuse.__qualname__ = function.__name__
+    refuse.__doc__ = function.__doc__
+    return refuse
+
 
 # The layer classes the paper's modules build, looked up when a layer is built.
-Dropout = fast_ops.Dropout
-LayerNormalization = fast_ops.LayerNormalization
+Dropout = fast_ops.Dropout if KERNELS else keras.layers.Dropout
+LayerNormalization = fast_ops.LayerNormalization if KERNELS else keras.layers.LayerNormalization
 
 # `transformer.training.token_losses`' math with its gradient written out.
-token_losses = fast_ops.softmax_cross_entropy
+token_losses = _tensorflow_only(fast_ops.softmax_cross_entropy, "transformer.training")
+
+# The run's services (transformer.run): TensorFlow's only.
+keeps_moving_average = _tensorflow_only(keeps_moving_average, "transformer.run")
+learning_rate_schedule = _tensorflow_only(learning_rate_schedule, "transformer.run")
+multi_worker_fit_workaround = _tensorflow_only(multi_worker_fit_workaround, "transformer.run")
+swap_moving_average = _tensorflow_only(swap_moving_average, "transformer.run")
+use_moving_average = _tensorflow_only(use_moving_average, "transformer.run")
 
 
 class _Choice(contextlib.AbstractContextManager):
@@ -65,7 +114,8 @@ class _Choice(contextlib.AbstractContextManager):
 
 def use_keras_layers(enabled: bool = True) -> _Choice:
     """Builds the layers that follow with Keras's own `Dropout` and
-    `LayerNormalization` (`enabled=False`: with the kernels' again).
+    `LayerNormalization` (`enabled=False`: with the kernels' again, under the
+    TensorFlow backend; other backends always build with Keras's own).
 
     Example:
 
@@ -75,12 +125,12 @@ def use_keras_layers(enabled: bool = True) -> _Choice:
     ...     layer = EncoderLayer(d_model=8, num_heads=2, dff=16)
     >>> type(layer.ffn_layernorm) is keras.layers.LayerNormalization
     True
-    >>> seams.LayerNormalization is keras.layers.LayerNormalization
+    >>> seams.LayerNormalization is keras.layers.LayerNormalization  # the kernel's again
     False
     """
     global Dropout, LayerNormalization
     previous = (Dropout, LayerNormalization)
-    if enabled:
+    if enabled or not KERNELS:
         Dropout, LayerNormalization = keras.layers.Dropout, keras.layers.LayerNormalization
     else:
         Dropout, LayerNormalization = fast_ops.Dropout, fast_ops.LayerNormalization
@@ -90,7 +140,12 @@ def use_keras_layers(enabled: bool = True) -> _Choice:
 def adam(learning_rate, *, ema_momentum: float = 0.0, **settings):
     """Keras' Adam with fused updates (`FusedAdam`); with `ema_momentum` > 0 it
     also keeps a warmed-up moving average of the weights (`AveragingAdam`),
-    which the run puts into the model when training ends."""
+    which the run puts into the model when training ends. Under another
+    backend, Keras's own Adam (its moving average without the warm-up)."""
+    if not KERNELS:
+        if ema_momentum:
+            settings.update(use_ema=True, ema_momentum=ema_momentum)
+        return keras.optimizers.Adam(learning_rate, **settings)
     if ema_momentum:
         return AveragingAdam(learning_rate, use_ema=True, ema_momentum=ema_momentum, **settings)
     return FusedAdam(learning_rate, **settings)
