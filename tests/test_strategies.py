@@ -9,18 +9,36 @@ from pathlib import Path
 import pytest
 
 from transformer import strategies
-from transformer.strategies import BEAM_PATIENCE, Beam, Greedy, Sample, Strategy, check_strategy
+from transformer.strategies import (
+    BEAM_PATIENCE,
+    Beam,
+    Greedy,
+    NotSupportedError,
+    Sample,
+    SavedModelFunction,
+    Strategy,
+    as_strategy,
+    check_strategy,
+    registered,
+    strategy_class,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
-_STRATEGY_NAMES = {"Strategy", "Greedy", "Beam", "Sample", "SEARCH_STRATEGIES"}
+_STRATEGY_NAMES = {"Strategy", "Greedy", "Beam", "Sample"}
 
 
 def type_questions(source: str) -> list[str]:
-    """`line: code` of each `isinstance`/`issubclass` on a strategy class, and of
-    each `is`/`==` comparison with one, in `source`."""
+    """`line: code` of each `isinstance`/`issubclass` on a strategy class, of each
+    `is`/`==` comparison with one, of each dict keyed by one and of each look-up
+    by a type (`table[type(search)]`) in `source`: type switches."""
     found = []
     for node in ast.walk(ast.parse(source)):
         names = set()
+        if isinstance(node, ast.Dict):
+            names = {key.id for key in node.keys if isinstance(key, ast.Name)}
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Call) and getattr(
+                node.slice.func, "id", None) == "type":
+            names = {"Strategy"}
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
                 "isinstance", "issubclass") and len(node.args) == 2:
             names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", None)
@@ -49,8 +67,12 @@ def test_type_questions_are_found():
     source = ("if isinstance(search, Beam): pass\n"
               "if kind is Greedy: pass\n"
               "if isinstance(s, (strategies.Sample, int)): pass\n"
-              "if isinstance(s, str) or s is None: pass\n")
-    assert [item.split(":")[0] for item in type_questions(source)] == ["1", "2", "3"]
+              "if isinstance(s, str) or s is None: pass\n"
+              "searches = {Greedy: 1, 'beam': 2}\n"
+              "run = searches[type(search)]\n"
+              "options = {'beam': 1}[name]\n")
+    assert sorted(item.split(":")[0] for item in type_questions(source)) == [
+        "1", "2", "3", "5", "6"]
 
 
 @pytest.mark.parametrize("search, rows, results, alpha, two_passes", [
@@ -64,7 +86,7 @@ def test_each_strategy_answers_the_protocol(search, rows, results, alpha, two_pa
     assert search.rows_per_sentence == rows
     assert search.results_per_sentence == results
     assert search.score_alpha == pytest.approx(alpha)
-    assert type(search).penalty_alpha(search.settings()) == pytest.approx(alpha)
+    assert search.penalty_alpha(search.settings()) == pytest.approx(alpha)
     assert search.TWO_PASSES is two_passes
     assert [name for name, _ in search.SETTINGS] == sorted(search.settings(), key=[
         name for name, _ in search.SETTINGS].index)
@@ -83,7 +105,72 @@ def test_the_ctranslate2_options_run_the_same_search():
     assert isinstance(Sample().random_seed(), int)  # drawn afresh
 
 
-def test_every_strategy_type_is_a_strategy():
-    assert all(issubclass(kind, Strategy) for kind in strategies.SEARCH_STRATEGIES)
+def test_the_built_in_strategies_are_registered_by_name():
+    assert {"greedy": Greedy, "beam": Beam, "sample": Sample}.items() <= registered().items()
+    assert strategy_class("beam") is Beam
+    with pytest.raises(ValueError, match=r"unknown search strategy 'bean', expected one of"):
+        strategy_class("bean")
     with pytest.raises(ValueError, match="expected Greedy"):
         check_strategy("beam")
+    assert as_strategy(Beam) == Beam() and as_strategy(Sample(seed=2)) == Sample(seed=2)
+    with pytest.raises(ValueError, match="`kind`, expected a subclass of Strategy"):
+        as_strategy(str)
+
+
+def test_a_strategy_lacking_a_method_cannot_be_made():
+    class Forgetful(Strategy):  # no ctranslate2_options: not a silent greedy default
+        def search(self, settings, start, limits, initial_finished):
+            raise AssertionError("never searched")
+
+        @property
+        def results_per_sentence(self):
+            return 1
+
+    with pytest.raises(TypeError, match="abstract method.*ctranslate2_options"):
+        Forgetful()
+    with pytest.raises(TypeError, match="abstract method"):
+        Strategy()
+
+
+def test_a_subclass_is_registered_only_by_its_own_name():
+    class Mine(Greedy):
+        pass
+
+    assert Mine.NAME is None and "greedy" in registered() and registered()["greedy"] is Greedy
+    assert Mine().pipeline_key() != Greedy().pipeline_key()
+    taken = r"'greedy' for .*Other: the name of transformer\.strategies\.Greedy already"
+    with pytest.raises(ValueError, match=taken):
+        class Other(Greedy, name="greedy"):
+            pass
+    assert registered()["greedy"] is Greedy
+
+
+def test_static_fields_key_the_compiled_pipeline_and_settings_do_not():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Grouped(Beam):
+        groups: int = 2  # not among SETTINGS: a static field, a pipeline of its own
+
+    assert Beam(4, 0.6).pipeline_key() == Beam(6, 0.0, 2).pipeline_key()
+    assert Grouped(groups=2).pipeline_key() != Grouped(groups=3).pipeline_key()
+    assert Grouped(size=5, groups=2).pipeline_key() == Grouped(size=4, groups=2).pipeline_key()
+
+
+def test_an_engine_that_cannot_run_a_strategy_says_so_in_one_line():
+    class Unsupported(Greedy):
+        def ctranslate2_options(self):
+            return self.not_supported("CTranslate2")
+
+    with pytest.raises(NotSupportedError, match=r"Unsupported\(\) cannot run on CTranslate2; "
+                                                r"translate with the TensorFlow engine\.$"):
+        Unsupported().ctranslate2_options()
+    assert issubclass(NotSupportedError, ValueError)  # the command lines' one-line errors
+
+
+def test_the_built_in_strategies_declare_their_savedmodel_functions():
+    assert Greedy.SAVED_MODEL == SavedModelFunction("greedy")
+    assert Beam.SAVED_MODEL.inputs == (("beam_size", "size"), ("alpha", "alpha"))
+    assert [setting for _, setting in Sample.SAVED_MODEL.inputs] == [
+        name for name, _ in Sample.SETTINGS]
+    assert Strategy.SAVED_MODEL is None and strategies.Strategy.NAME is None

@@ -316,13 +316,13 @@ def test_greedy_translation_in_two_passes_gives_the_one_pass_results(tiny_run, t
     model = untrained.transformer
     sentences = [source for source, _ in test_pairs[:12]]
     calls = []  # (sentences, extra_length) of every batch the greedy pipeline decodes
-    pipeline = untrained._pipelines[Greedy]
+    pipeline = untrained._pipeline(Greedy())
 
     def spy(batch, max_length, extra_length, *settings):
         calls.append(([s.decode() for s in batch.numpy()], int(extra_length)))
         return pipeline(batch, max_length, extra_length, *settings)
 
-    untrained._pipelines[Greedy] = spy
+    untrained._pipelines[Greedy().pipeline_key()] = spy
     results = untrained(sentences, batch_size=4)
     # Two passes: every sentence first, to input length + TRANSLATE_FIRST_PASS_EXTRA,
     # then only those cut there without [END], to their full limit.
@@ -357,13 +357,13 @@ def test_beam_translation_in_two_passes_gives_the_one_pass_results(tiny_run, tra
     model = untrained.transformer
     sentences = [source for source, _ in test_pairs[:12]]
     calls = []  # extra_length of every batch the beam pipeline decodes, and its size
-    pipeline = untrained._pipelines[Beam]
+    pipeline = untrained._pipeline(Beam())
 
     def spy(batch, max_length, extra_length, *settings):
         calls.append((int(extra_length), int(batch.shape[0])))
         return pipeline(batch, max_length, extra_length, *settings)
 
-    untrained._pipelines[Beam] = spy
+    untrained._pipelines[Beam().pipeline_key()] = spy
     results = untrained(sentences, batch_size=4, search=Beam(3, 0.6))
     first = [size for extra, size in calls if extra == TRANSLATE_FIRST_PASS_EXTRA]
     second = [size for extra, size in calls if extra == untrained.extra_length]

@@ -19,13 +19,13 @@ search strategies of `transformer.search`, and runs them:
 - `decode` runs any strategy object (`Greedy()`, `Beam(4)`, `Sample(seed=1)`
   of `transformer.strategies`) on the cached step, with one output layout;
   cached greedy decoding gives the naive loop's tokens, much faster.
-  `compile_decode` compiles it once per strategy type, the settings being
-  tensor inputs.
+  `compile_decode` compiles it once per strategy (`Strategy.pipeline_key`),
+  the settings being tensor inputs.
 - `output_limits`: each sentence's most output tokens, input length + 50
   (section 6.1); `sequence_log_probs` scores given outputs.
 - `translate_batch`: strings to strings (tokenize, trim, encode, search, cut
   at `[END]`, detokenize), eagerly or in graphs; `compile_pipeline` compiles
-  it once per strategy type; `load_run` reads a run directory's tokenizers
+  it once per strategy; `load_run` reads a run directory's tokenizers
   and model.
 
 Conventions: token ids are those of `transformer.constants` (0 `[PAD]`,
@@ -62,6 +62,7 @@ from transformer.search import (
     run_search,
     setting_specs,
 )
+from transformer.strategies import as_strategy
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -189,7 +190,7 @@ def decode(model, encoder_tokens, limits, initial_finished, search, settings=Non
         limits: int32 `(batch,)`: each sentence's most output tokens.
         initial_finished: bool `(batch,)`: sentences to skip.
         search: a strategy object (`Greedy()`, `Beam(4, 0.6, 2)`, `Sample(seed=1)`),
-            or its type with `settings`.
+            or its class, whose default object runs with `settings`.
         settings: the strategy's settings by name, as numbers or scalar tensors
             (default: `search.settings()`).
         return_stopped: also return bool `(batch,)`, see `run_search`.
@@ -198,30 +199,33 @@ def decode(model, encoder_tokens, limits, initial_finished, search, settings=Non
         `(tokens, scores)`, int64 `(batch, n, steps)` and float32 `(batch, n)`,
         best first (and `stopped` with `return_stopped`), see `run_search`.
     """
-    kind = search if isinstance(search, type) else type(search)
+    search = as_strategy(search)
     settings = search.settings() if settings is None else settings
     encoder_tokens = tf.convert_to_tensor(encoder_tokens, tf.int64)
-    return run_search(kind, settings, lambda rows: start_decoding(model, encoder_tokens, rows),
+    return run_search(search, settings, lambda rows: start_decoding(model, encoder_tokens, rows),
                       limits, initial_finished, return_stopped)
 
 
-def compile_decode(model, kind):
-    """`decode(model, ...)` for one strategy type, compiled once for every shape and setting.
+def compile_decode(model, search):
+    """`decode(model, ...)` for one strategy (an object, or its class's default
+    object), compiled once for every shape and setting.
 
     Returns:
         A `tf.function` `f(encoder_tokens, limits, initial_finished, settings)`
         with a fixed signature (int64 `(batch, input_len)`, int32 `(batch,)`,
-        bool `(batch,)` and the dict of scalars `setting_specs(kind)`); it
+        bool `(batch,)` and the dict of scalars `setting_specs(search)`); it
         traces once, whatever the batch size, lengths and settings
         (`f.experimental_get_tracing_count()` stays 1).
     """
 
+    search = as_strategy(search, "search")
+
     def compiled(encoder_tokens, limits, initial_finished, settings):
-        return decode(model, encoder_tokens, limits, initial_finished, kind, settings)
+        return decode(model, encoder_tokens, limits, initial_finished, search, settings)
 
     return tf.function(
         compiled,
-        input_signature=[TOKENS_SPEC, LIMITS_SPEC, FLAGS_SPEC, setting_specs(kind)],
+        input_signature=[TOKENS_SPEC, LIMITS_SPEC, FLAGS_SPEC, setting_specs(search)],
         autograph=False,
     )
 
@@ -366,21 +370,21 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
         max_length: int32 scalar, the most output tokens (at most the model's).
         extra_length: int32 scalar: each output also gets at most its input's
             length plus this many tokens (section 6.1: input length + 50).
-        search, settings: the search strategy (an object, or its type with its
-            settings as tensors), see `decode`.
+        search, settings: the search strategy (an object, or its class with
+            its settings as tensors), see `decode`.
 
     Returns:
         A `TranslationOutput`. An output stops after its first `[END]`, or
         at its sentence's limit; an empty sentence gets no tokens.
     """
-    kind = search if isinstance(search, type) else type(search)
+    search = as_strategy(search, "search")
     settings = search.settings() if settings is None else settings
     encoder_tokens, input_lengths, empty = tokenize_and_trim(
         tokenizers.source, sentences, int(model.config.max_length)
     )
     max_length = tf.minimum(max_length, int(model.config.max_length))
     limits = output_limits(encoder_tokens, max_length, extra_length)  # (batch,)
-    tokens, scores, stopped = decode(model, encoder_tokens, limits, empty, kind, settings,
+    tokens, scores, stopped = decode(model, encoder_tokens, limits, empty, search, settings,
                                      return_stopped=True)
     # Up to [END], or to the sentence's own limit when it stopped there.
     lengths = tf.minimum(output_lengths(tokens), tf.cast(limits, tf.int64)[:, tf.newaxis])
@@ -388,7 +392,7 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     in_output = tf.sequence_mask(lengths, tf.shape(tokens)[2])  # (batch, n, steps)
     tokens = tf.where(in_output, tokens, tf.constant(PAD_ID, tf.int64))
     # The score is log P / lp (lp = 1 for alpha 0): undo the penalty.
-    log_probs = scores * length_penalty(lengths, kind.penalty_alpha(settings))
+    log_probs = scores * length_penalty(lengths, search.penalty_alpha(settings))
     shape = tf.shape(tokens)
     texts = tokenizers.target.detokenize(tf.reshape(tokens, [-1, shape[2]]))  # (batch * n,)
     return TranslationOutput(
@@ -399,23 +403,26 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     )
 
 
-def compile_pipeline(tokenizers, model, kind):
-    """`translate_batch` for one strategy type, compiled once for every shape.
+def compile_pipeline(tokenizers, model, search):
+    """`translate_batch` for one strategy, compiled once for every shape and setting
+    (so one serves every strategy of the same `Strategy.pipeline_key`).
 
     Returns:
         A `tf.function` `f(sentences, max_length, extra_length, settings)` with
         a fixed signature (string `(batch,)`, int32, int32 and the dict of
-        scalars `transformer.search.setting_specs(kind)`), traced once
+        scalars `transformer.search.setting_specs(search)`), traced once
         (`f.experimental_get_tracing_count()` stays 1) whatever the settings.
     """
 
+    search = as_strategy(search, "search")
+
     def compiled(sentences, max_length, extra_length, settings):
-        return translate_batch(tokenizers, model, sentences, max_length, extra_length, kind,
+        return translate_batch(tokenizers, model, sentences, max_length, extra_length, search,
                                settings)
 
     return tf.function(
         compiled,
-        input_signature=[SENTENCES_SPEC, _SCALAR_INT, _SCALAR_INT, setting_specs(kind)],
+        input_signature=[SENTENCES_SPEC, _SCALAR_INT, _SCALAR_INT, setting_specs(search)],
         autograph=False,
     )
 

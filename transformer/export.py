@@ -9,6 +9,7 @@ runs, with tensors in and out; it reloads with only `tensorflow` and
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from transformer.decoding import (
     translate_batch,
 )
 from transformer.search import setting_specs, setting_tensors
-from transformer.strategies import Beam, Greedy, Sample, check_strategy, run_strategy
+from transformer.strategies import check_strategy, registered, run_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,12 @@ class _ExportedTranslator(tf.Module):
 
     - `__call__(sentences)`: the export's strategy (`search` of
       `export_translator`) with the default `max_length`;
-    - `translate(sentences, max_length, beam_size, alpha)`: beam search for
-      `beam_size > 1`, greedy decoding otherwise;
-    - `sample(sentences, max_length, seed, temperature, top_k, top_p)`:
-      sampling (`top_k = 0` and `top_p = 1` keep every token).
+    - one function per strategy that declares one (`Strategy.SAVED_MODEL`):
+      the registered strategies' and the export's own, e.g.
+      `greedy(sentences, max_length)`, `translate(sentences, max_length,
+      beam_size, alpha)` (beam search; a beam of 1 gives greedy decoding's
+      tokens) and `sample(sentences, max_length, seed, temperature, top_k,
+      top_p)` (`top_k = 0` and `top_p = 1` keep every token).
 
     Each takes a string or strings of any shape and returns the best
     translations in that shape. Everything is traced without AutoGraph, so it
@@ -57,41 +60,47 @@ class _ExportedTranslator(tf.Module):
         self._extra_length = int(transformer.config.max_length if extra_length is None
                                  else extra_length)
         self._search = search
-        beam, sample = setting_specs(Beam), setting_specs(Sample)
-        self.translate = tf.function(
-            self._translate,
-            input_signature=[_SENTENCES, _MAX_LENGTH, beam["size"], beam["alpha"]],
-            autograph=False,
-        )
-        self.sample = tf.function(
-            self._sample,
-            input_signature=[_SENTENCES, _MAX_LENGTH, *(sample[name] for name, _ in
-                                                        Sample.SETTINGS)],
-            autograph=False,
-        )
+        kinds = dict.fromkeys([*registered().values(), type(search)])
+        for kind in kinds:
+            if kind.SAVED_MODEL is not None:
+                self._add_function(kind)
 
-    def _texts(self, sentences, max_length, kind, settings):
+    def _add_function(self, kind):
+        """`kind.SAVED_MODEL`'s function: its inputs are settings, the others those
+        of the class's default object."""
+        declared = kind.SAVED_MODEL
+        if hasattr(self, declared.name):
+            raise ValueError(f"{kind.__qualname__}.SAVED_MODEL names {declared.name!r}, which "
+                             "the exported translator has already.")
+        search = kind()
+        specs = setting_specs(search)
+        inputs = [tf.TensorSpec([], specs[setting].dtype, name=name)
+                  for name, setting in declared.inputs]
+
+        def texts(sentences, max_length, *values):
+            settings = setting_tensors(search)
+            settings.update({setting: value for (_, setting), value
+                             in zip(declared.inputs, values, strict=True)})
+            return self._texts(sentences, max_length, search, settings)
+
+        # The function's own argument names, so that the reloaded function takes keywords.
+        texts.__signature__ = inspect.Signature([
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for name in ("sentences", "max_length", *(name for name, _ in declared.inputs))])
+        texts.__name__ = declared.name
+        setattr(self, declared.name, tf.function(
+            texts, input_signature=[_SENTENCES, _MAX_LENGTH, *inputs], autograph=False))
+
+    def _texts(self, sentences, max_length, search, settings):
         """The best translation of every string of `sentences`, in its shape."""
         flat = tf.reshape(sentences, [-1])  # (batch,)
         output = translate_batch(self.tokenizers, self.transformer, flat, max_length,
-                                 self._extra_length, kind, settings)
+                                 self._extra_length, search, settings)
         return tf.reshape(output.texts[:, 0], tf.shape(sentences))
-
-    def _translate(self, sentences, max_length, beam_size, alpha):
-        beam = {"size": beam_size, "alpha": alpha, "n_best": tf.constant(1, tf.int32)}
-        return tf.cond(
-            beam_size > 1,
-            lambda: self._texts(sentences, max_length, Beam, beam),
-            lambda: self._texts(sentences, max_length, Greedy, {}),
-        )
-
-    def _sample(self, sentences, max_length, seed, temperature, top_k, top_p):
-        settings = {"seed": seed, "temperature": temperature, "top_k": top_k, "top_p": top_p}
-        return self._texts(sentences, max_length, Sample, settings)
 
     @tf.function(input_signature=[_SENTENCES], autograph=False)
     def __call__(self, sentences):
-        return self._texts(sentences, self.max_length.read_value(), type(self._search),
+        return self._texts(sentences, self.max_length.read_value(), self._search,
                            setting_tensors(self._search))
 
 

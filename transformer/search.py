@@ -23,9 +23,10 @@ and nothing here knows the model. Every strategy takes
 
 `transformer.decoding` builds the callback from a `Transformer`, as flax's
 `beam_search(..., tokens_to_logits, ...)` and keras-hub's samplers take
-theirs. `run_search` is the one place where a strategy object of
-`transformer.strategies` (`Greedy`, `Beam`, `Sample`: what to search, no
-TensorFlow) becomes one of these loops (how, in TensorFlow ops):
+theirs. A strategy object of `transformer.strategies` (what to search, no
+TensorFlow) runs its own search with these loops (`Strategy.search`), and
+`run_search` runs a strategy; `one_row` gives a one-row search the layout
+that strategies return. The loops:
 
 - `greedy_search`: the most probable token at every step;
 - `sample_search`: a token drawn at every step, from the distribution
@@ -52,13 +53,14 @@ import numpy as np
 import tensorflow as tf
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.strategies import Beam, Greedy, Sample
+from transformer.strategies import as_strategy
 
 __all__ = [
     "BeamState",
     "beam_search",
     "greedy_search",
     "length_penalty",
+    "one_row",
     "repeat_beams",
     "run_search",
     "sample_search",
@@ -445,25 +447,27 @@ def beam_search(next_logits, cache, limits, beam_size, alpha, n_best=1, initial_
 # A strategy object, run.
 
 
-def setting_specs(kind):
-    """The scalar `tf.TensorSpec`s of a strategy type's settings, a dict by name
-    (the inputs of its compiled search, so other numbers do not retrace)."""
+def setting_specs(search):
+    """The scalar `tf.TensorSpec`s of a strategy's settings (an object or its
+    class: `SETTINGS`), a dict by name: the inputs of its compiled search, so
+    that other numbers do not retrace."""
     return {name: tf.TensorSpec([], tf.as_dtype(dtype), name=name)
-            for name, dtype in kind.SETTINGS}
+            for name, dtype in search.SETTINGS}
 
 
 def setting_tensors(search):
     """A strategy object's settings as the scalar tensors of `setting_specs`."""
-    specs = setting_specs(type(search))
+    specs = setting_specs(search)
     return {name: tf.constant(value, specs[name].dtype)
             for name, value in search.settings().items()}
 
 
-def run_search(kind, settings, start, limits, initial_finished=None, return_stopped=False):
-    """Runs the search of the strategy type `kind` with its `settings`.
+def run_search(search, settings, start, limits, initial_finished=None, return_stopped=False):
+    """Runs a strategy's search (`Strategy.search`) with its `settings`.
 
     Args:
-        kind: `Greedy`, `Beam` or `Sample` (`transformer.strategies`).
+        search: a strategy object of `transformer.strategies`, or a strategy
+            class, whose default object runs with `settings`.
         settings: a dict of its settings by name (numbers or scalar tensors,
             see `setting_specs`), e.g. `search.settings()`.
         start: `start(rows_per_sentence) -> (next_logits, cache)`: the callback
@@ -477,37 +481,25 @@ def run_search(kind, settings, start, limits, initial_finished=None, return_stop
     Returns:
         `(tokens, scores)`: int64 `(batch, n, steps)` output tokens, best first,
         and float32 `(batch, n)` what the search ranks by: `log P / lp` for beam
-        search, `log P` otherwise; `n` is the beam's `n_best`, else 1. With
-        `return_stopped`, `(tokens, scores, stopped)`.
+        search, `log P` otherwise; `n` is the strategy's `results_per_sentence`.
+        With `return_stopped`, `(tokens, scores, stopped)`.
     """
-    if kind not in _SEARCHES:
-        raise ValueError(f"Received an invalid value for argument `kind`, expected one of "
-                         f"Greedy, Beam, Sample. Received: kind={kind!r}")
-    return _SEARCHES[kind](settings, start, limits, initial_finished, return_stopped)
+    search = as_strategy(search)
+    limits = tf.convert_to_tensor(limits, tf.int32)
+    if initial_finished is None:
+        initial_finished = tf.zeros_like(limits, tf.bool)
+    tokens, scores, stopped = search.search(settings, start, limits, initial_finished)
+    return (tokens, scores, stopped) if return_stopped else (tokens, scores)
 
 
-def _run_beam(settings, start, limits, initial_finished, return_stopped):
-    next_logits, cache = start(settings["size"])
-    return beam_search(next_logits, cache, limits, settings["size"], settings["alpha"],
-                       settings["n_best"], initial_finished, return_stopped=return_stopped)
-
-
-def _one_row(search):
-    """A search of one row per sentence (`search(next_logits, cache, limits,
-    initial_finished, **settings) -> (tokens, log_probs)`) in `run_search`'s layout."""
-
-    def run(settings, start, limits, initial_finished, return_stopped):
-        next_logits, cache = start(1)
-        tokens, log_probs = search(next_logits, cache, limits,
-                                   initial_finished=initial_finished, **settings)
-        outputs = (tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis])  # (batch, 1, steps), (batch, 1)
-        if not return_stopped:
-            return outputs
-        ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
-        return (*outputs, ~ended & ~_flags(initial_finished, tf.shape(tokens)[0]))
-
-    return run
-
-
-# The search of each strategy type of `transformer.strategies`.
-_SEARCHES = {Greedy: _one_row(greedy_search), Beam: _run_beam, Sample: _one_row(sample_search)}
+def one_row(search, settings, start, limits, initial_finished):
+    """A search of one row per sentence, `search(next_logits, cache, limits,
+    initial_finished=..., **settings) -> (tokens, log_probs)` (`greedy_search`,
+    `sample_search`), in the layout of `Strategy.search`: `(tokens, scores,
+    stopped)`, a sentence stopped when its output has no `[END]`."""
+    next_logits, cache = start(1)
+    tokens, log_probs = search(next_logits, cache, limits, initial_finished=initial_finished,
+                               **settings)
+    ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
+    stopped = ~ended & ~_flags(initial_finished, tf.shape(tokens)[0])
+    return tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis], stopped  # (batch, 1, steps), (batch, 1)

@@ -12,8 +12,9 @@ false) are decoded on their own, so the same seed gives the same translation.
       -> {"translations": [{"text": ..., "score": ..., "n_best": [...]}], ...}
     GET /health      -> {"status": "ok", "run": ..., "engine": ..., "waiting": 0}
 
-A request may set the decoding options of `translate.py` (`OPTIONS`); none
-gives the search the run was evaluated with. Bad requests get a 4xx answer
+A request may set the decoding options of `translate.py` (`OPTIONS`; "search"
+names a registered strategy, as `--search` does); none gives the search the
+run was evaluated with. Bad requests get a 4xx answer
 whose `error` says what is wrong: 400 for malformed JSON, a wrong type or
 empty input, 413 for a request over a limit (`Limits`, each named), 429
 when `max_waiting` requests already wait. SIGTERM (or Ctrl-C) stops taking
@@ -44,7 +45,8 @@ from transformer.ctranslate2_translator import CTranslate2Translator
 logger = logging.getLogger(__name__)
 
 # The decoding options of a request: translate.py's, by the same names.
-OPTIONS = ("beam", "alpha", "n_best", "temperature", "top_k", "top_p", "seed", "max_length")
+OPTIONS = ("search", "beam", "alpha", "n_best", "temperature", "top_k", "top_p", "seed",
+           "max_length")
 _INTEGERS = {"beam": 1, "n_best": 1, "top_k": 1, "seed": 0, "max_length": 1}  # their minimum
 _NUMBERS = ("alpha", "temperature", "top_p")
 
@@ -120,6 +122,8 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], dict]:
         if name in _NUMBERS and (isinstance(value, bool)
                                  or not isinstance(value, numbers.Real)):
             raise RequestError(400, f"\"{name}\" must be a number; received {value!r}")
+        if name == "search" and not isinstance(value, str):
+            raise RequestError(400, f"\"search\" must be a strategy's name; received {value!r}")
     return sentences, options
 
 
@@ -128,9 +132,8 @@ def request_search(options: dict, run_dir):
     own (`transformer.cli.translate.search_strategy`); 400 for options that do not go
     together or are out of range."""
     settings = {name: options.get(name) for name in OPTIONS}
-    settings["n_best"] = settings["n_best"] or 1
-    try:
-        return search_strategy(argparse.Namespace(**settings), run_dir)
+    try:  # "search" names a registered strategy, as translate.py's --search does
+        return search_strategy(argparse.Namespace(**settings, setting=()), run_dir)
     except ValueError as err:
         message = str(err).replace("--n-best", "n_best").replace("--", "")
         raise RequestError(400, message) from None

@@ -1,23 +1,38 @@
 """The search strategies as objects: `Greedy()`, `Beam(size, alpha, n_best)`, `Sample(...)`.
 
-What to search, not how: each is a frozen dataclass that checks its own
-settings and hands them over as a dict of numbers (`settings()`), whose
-names and dtypes (`SETTINGS`) are the scalar inputs of the compiled search
-of its type. Each answers what its consumers need to know of it through the
-`Strategy` protocol (rows and results per sentence, what its score divides
-`log P` by, whether a list may be decoded in two passes, CTranslate2's
-options), so that no consumer asks which type it is. The search that runs
-each type on a model is `transformer.search.run_search`.
-This module is standard library only (no TensorFlow), unlike `search.py`,
-so that `translate.py` checks its options before TensorFlow starts;
-`transformer.translate.Translator`, the SavedModel of `transformer.export`
-and `translate.py` all take these objects. `run_strategy(run_dir)` is how a
-run was evaluated.
+A strategy is a subclass of the abstract `Strategy`, usually a frozen
+dataclass that checks its own settings. It declares everything its
+consumers need, so that none of them asks which type it is:
+
+- `search(settings, start, limits, initial_finished)`: how it decodes, in
+  TensorFlow ops, over the model's next-token callback (`transformer.search`
+  has the loops it may use);
+- `SETTINGS` and `settings()`: the numbers its search takes as scalar tensor
+  inputs, so that other numbers do not retrace a compiled pipeline; the
+  dataclass fields that are not settings are static, part of
+  `pipeline_key()`;
+- `results_per_sentence`: how many translations it returns per sentence;
+- `ctranslate2_options()`: CTranslate2's options that run the same search,
+  or `NotSupportedError` through `not_supported`;
+- `SAVED_MODEL`: the function of an exported SavedModel that runs it with
+  some of its settings as inputs (`transformer.export`), or None;
+- `NAME` (a class keyword, `class Mine(Strategy, name="mine")`): registers
+  it by name, which `translate.py --search NAME`, the SavedModel's functions
+  and `transformer-serve` read (`registered()`). A subclass without a name
+  works through `Translator(..., search=Mine())` all the same.
+
+The methods a strategy must define are abstract: a subclass that lacks one
+cannot be made. This module is standard library only (no TensorFlow), so
+that `translate.py` checks its options before TensorFlow starts; the
+built-in strategies reach `transformer.search` when they search.
+`run_strategy(run_dir)` is how a run was evaluated.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import importlib
 import math
 import numbers
 import secrets
@@ -28,8 +43,9 @@ from transformer import rundir  # standard library only
 from transformer._validation import check_int_at_least
 from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE
 
-__all__ = ["BEAM_PATIENCE", "SEARCH_STRATEGIES", "Beam", "Greedy", "Sample", "Strategy",
-           "check_strategy", "evaluation_strategy", "run_strategy"]
+__all__ = ["BEAM_PATIENCE", "Beam", "Greedy", "NotSupportedError", "Sample",
+           "SavedModelFunction", "Strategy", "as_strategy", "check_strategy",
+           "evaluation_strategy", "registered", "run_strategy", "strategy_class"]
 
 
 # CTranslate2's beam stops once round(beam size * BEAM_PATIENCE) hypotheses
@@ -39,6 +55,9 @@ __all__ = ["BEAM_PATIENCE", "SEARCH_STRATEGIES", "Beam", "Greedy", "Sample", "St
 # one sentence in a thousand (BENCHMARKS.md, "Decoding engines"), and larger
 # values cost time.
 BEAM_PATIENCE = 1.5
+
+# The registered strategy classes by name (`Strategy.__init_subclass__`).
+_REGISTRY: dict[str, type] = {}
 
 
 def _check_number(name, value, low, high, low_closed, high_closed=True):
@@ -52,34 +71,116 @@ def _check_number(name, value, low, high, low_closed, high_closed=True):
                          f"finite number in {interval}. Received: {name}={value!r}")
 
 
-class Strategy:
-    """What every search strategy answers, so that no consumer asks for its type.
+def _loops():
+    """`transformer.search` (TensorFlow), imported when a built-in strategy first
+    searches: importing this module must not start TensorFlow."""
+    return importlib.import_module("transformer.search")
+
+
+class NotSupportedError(ValueError):
+    """A strategy that an engine (CTranslate2) cannot run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedModelFunction:
+    """The function of an exported SavedModel that runs a strategy.
+
+    Attributes:
+        name: the function's name, `translator.<name>(sentences, max_length, ...)`.
+        inputs: `(input name, setting name)` of the settings that are its
+            inputs, in its order; the others keep the values of the class's
+            default object (`cls()`), which an exported strategy must allow.
+    """
+
+    name: str
+    inputs: tuple[tuple[str, str], ...] = ()
+
+
+class Strategy(abc.ABC):
+    """A search strategy: what its consumers need of it, declared by the strategy.
 
     Class attributes:
-        SETTINGS: `(name, dtype)` of the scalars its compiled search takes
+        NAME: the registered name (the class keyword `name=`), or None.
+        SETTINGS: `(name, dtype)` of the scalars its search takes
             (`settings()`); the SavedModel and the compiled pipelines take
-            them as inputs, so other numbers do not retrace.
+            them as tensor inputs, so other numbers do not retrace.
         TWO_PASSES: whether a list may be decoded in two passes, a first at
             a short limit and then the sentences stopped there at their full
             one, with the results of one pass: true when a sentence's output
             does not depend on the batch it is decoded in.
+        SAVED_MODEL: its function in an exported SavedModel, or None.
     """
 
+    NAME: ClassVar[str | None] = None
     SETTINGS: ClassVar[tuple[tuple[str, str], ...]] = ()
     TWO_PASSES: ClassVar[bool] = True
+    SAVED_MODEL: ClassVar[SavedModelFunction | None] = None
+
+    def __init_subclass__(cls, name=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.NAME = name  # a subclass does not inherit its parent's name
+        if name is None:
+            return
+        known = _REGISTRY.get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (
+                cls.__module__, cls.__qualname__):
+            raise ValueError(f"Received name={name!r} for {cls.__qualname__}: the name of "
+                             f"{known.__module__}.{known.__qualname__} already.")
+        _REGISTRY[name] = cls  # a class defined again (a module reloaded) replaces itself
+
+    @abc.abstractmethod
+    def search(self, settings, start, limits, initial_finished):
+        """Decodes a batch, in TensorFlow ops (traced once per `pipeline_key()`).
+
+        Args:
+            settings: `settings()` as scalar tensors (`SETTINGS`' dtypes).
+            start: `start(rows_per_sentence) -> (next_logits, cache)`: the
+                model's callback and its initial cache with that many rows
+                per sentence (see `transformer.search`).
+            limits: int32 `(batch,)`, each sentence's most output tokens.
+            initial_finished: bool `(batch,)`, sentences to skip (empty ones).
+
+        Returns:
+            `(tokens, scores, stopped)`: int64 `(batch, n, steps)` output
+            tokens, best first, `[PAD]` after `[END]`; float32 `(batch, n)`
+            what it ranks by, `log P / lp` with `penalty_alpha`'s `lp`; bool
+            `(batch,)` the sentences whose limit stopped their search (the
+            others have the output a higher limit gives). `n` is
+            `results_per_sentence`. `transformer.search.one_row` makes them
+            of a one-row search.
+        """
+
+    @property
+    @abc.abstractmethod
+    def results_per_sentence(self) -> int:
+        """The translations it returns per sentence, best first."""
+
+    @abc.abstractmethod
+    def ctranslate2_options(self) -> dict:
+        """The options of CTranslate2's `translate_batch` that run this search,
+        `beam_size` and `length_penalty` (the exponent CTranslate2 divides its
+        scores by) always among them; or `self.not_supported("CTranslate2")`."""
+
+    def not_supported(self, engine):
+        """Raises `NotSupportedError`: this strategy has no equivalent on `engine`."""
+        raise NotSupportedError(f"{self!r} cannot run on {engine}; translate with the "
+                                "TensorFlow engine.")
 
     def settings(self) -> dict:
-        """The settings as the compiled search takes them, by name."""
-        return {}
+        """The settings as the search takes them, by name: the fields of `SETTINGS`."""
+        return {name: getattr(self, name) for name, _ in self.SETTINGS}
+
+    def pipeline_key(self) -> tuple:
+        """What a compiled pipeline of this strategy is cached by: its class and
+        the values of its dataclass fields that are not `SETTINGS` (static)."""
+        dynamic = {name for name, _ in self.SETTINGS}
+        fields = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
+        return (type(self), *((f.name, getattr(self, f.name)) for f in fields
+                              if f.name not in dynamic))
 
     @property
     def rows_per_sentence(self) -> int:
         """The hypotheses the search keeps per sentence (the cache's rows)."""
-        return 1
-
-    @property
-    def results_per_sentence(self) -> int:
-        """The translations it returns per sentence, best first."""
         return 1
 
     @classmethod
@@ -94,27 +195,34 @@ class Strategy:
         """`penalty_alpha` of this object's settings."""
         return float(self.penalty_alpha(self.settings()))
 
-    def ctranslate2_options(self) -> dict:
-        """The options of CTranslate2's `translate_batch` that run this search,
-        `beam_size` and `length_penalty` (the exponent CTranslate2 divides its
-        scores by) always among them."""
-        return {"beam_size": 1, "length_penalty": 0.0}
-
     def random_seed(self) -> int | None:
         """The seed of a search that draws at random; None for one that does not."""
         return None
 
 
 @dataclasses.dataclass(frozen=True)
-class Greedy(Strategy):
+class Greedy(Strategy, name="greedy"):
     """Greedy decoding: the most probable token at every step (the tutorial's).
 
     `Translation.score` is the plain `log P(Y | X)`.
     """
 
+    SAVED_MODEL: ClassVar[SavedModelFunction | None] = SavedModelFunction("greedy")
+
+    def search(self, settings, start, limits, initial_finished):
+        loops = _loops()
+        return loops.one_row(loops.greedy_search, settings, start, limits, initial_finished)
+
+    @property
+    def results_per_sentence(self):
+        return 1
+
+    def ctranslate2_options(self):
+        return {"beam_size": 1, "length_penalty": 0.0}
+
 
 @dataclasses.dataclass(frozen=True)
-class Beam(Strategy):
+class Beam(Strategy, name="beam"):
     """Beam search (section 6.1 of the paper: a beam of 4, length penalty alpha = 0.6).
 
     Keeps `size` live hypotheses per sentence and returns the `n_best` best
@@ -128,6 +236,9 @@ class Beam(Strategy):
 
     SETTINGS: ClassVar[tuple[tuple[str, str], ...]] = (
         ("size", "int32"), ("alpha", "float32"), ("n_best", "int32"))
+    # `translate(sentences, max_length, beam_size, alpha)`: the best of the beam.
+    SAVED_MODEL: ClassVar[SavedModelFunction | None] = SavedModelFunction(
+        "translate", (("beam_size", "size"), ("alpha", "alpha")))
 
     def __post_init__(self):
         check_int_at_least("size", self.size, 1)
@@ -140,6 +251,12 @@ class Beam(Strategy):
     def settings(self):
         """`{"size", "alpha", "n_best"}` as numbers."""
         return {"size": self.size, "alpha": float(self.alpha), "n_best": self.n_best}
+
+    def search(self, settings, start, limits, initial_finished):
+        next_logits, cache = start(settings["size"])
+        return _loops().beam_search(next_logits, cache, limits, settings["size"],
+                                    settings["alpha"], settings["n_best"], initial_finished,
+                                    return_stopped=True)
 
     @property
     def rows_per_sentence(self):
@@ -158,14 +275,14 @@ class Beam(Strategy):
         `BEAM_PATIENCE`, keeping that many times `size` finished hypotheses
         for the project's re-ranking by `log P / lp`."""
         if self.size == 1:
-            return super().ctranslate2_options()
+            return Greedy().ctranslate2_options()
         return {"beam_size": self.size, "length_penalty": float(self.alpha),
                 "patience": BEAM_PATIENCE,
                 "num_hypotheses": max(self.n_best, round(self.size * BEAM_PATIENCE))}
 
 
 @dataclasses.dataclass(frozen=True)
-class Sample(Strategy):
+class Sample(Strategy, name="sample"):
     """Sampling: every token drawn from the model's distribution, reshaped.
 
     The logits are divided by `temperature` (> 0; below 1 sharper), cut to
@@ -186,6 +303,8 @@ class Sample(Strategy):
         ("top_p", "float32"))
     # A draw depends on the sentence's row in its batch: one pass, in the list's order.
     TWO_PASSES: ClassVar[bool] = False
+    SAVED_MODEL: ClassVar[SavedModelFunction | None] = SavedModelFunction(
+        "sample", tuple((name, name) for name, _ in SETTINGS))
 
     def __post_init__(self):
         _check_number("temperature", self.temperature, 0, math.inf, False, False)
@@ -203,6 +322,14 @@ class Sample(Strategy):
                 "temperature": float(self.temperature), "top_k": self.top_k or 0,
                 "top_p": 1.0 if self.top_p is None else float(self.top_p)}
 
+    def search(self, settings, start, limits, initial_finished):
+        loops = _loops()
+        return loops.one_row(loops.sample_search, settings, start, limits, initial_finished)
+
+    @property
+    def results_per_sentence(self):
+        return 1
+
     def ctranslate2_options(self):
         settings = self.settings()
         return {"beam_size": 1, "length_penalty": 0.0, "sampling_topk": settings["top_k"],
@@ -214,15 +341,37 @@ class Sample(Strategy):
         return self.settings()["seed"]
 
 
-SEARCH_STRATEGIES = (Greedy, Beam, Sample)
+def registered() -> dict:
+    """The registered strategy classes by name (`Strategy`'s class keyword `name=`)."""
+    return dict(_REGISTRY)
+
+
+def strategy_class(name):
+    """The registered strategy class `name`; a ValueError naming the known ones."""
+    if name not in _REGISTRY:
+        raise ValueError(f"Received an unknown search strategy {name!r}, expected one of "
+                         f"{sorted(_REGISTRY)}.")
+    return _REGISTRY[name]
 
 
 def check_strategy(search, name="search"):
     """Raises a Keras-style ValueError unless `search` is a strategy object."""
     if not isinstance(search, Strategy):
         raise ValueError(f"Received an invalid value for argument `{name}`, expected "
-                         f"Greedy(), Beam(...) or Sample(...). Received: {name}={search!r}")
+                         f"Greedy(), Beam(...), Sample(...) or another Strategy object. "
+                         f"Received: {name}={search!r}")
     return search
+
+
+def as_strategy(search, name="kind"):
+    """A strategy object, or a strategy class's default object (`Beam` -> `Beam()`),
+    which callers that pass the settings as tensors use for its search only."""
+    if isinstance(search, type):
+        if not issubclass(search, Strategy):
+            raise ValueError(f"Received an invalid value for argument `{name}`, expected a "
+                             f"subclass of Strategy. Received: {name}={search!r}")
+        return search()
+    return check_strategy(search, name)
 
 
 def evaluation_strategy(beam_size, alpha=DEFAULT_ALPHA):

@@ -3,9 +3,10 @@
 Not the command line (`transformer/cli/translate.py`, which the script
 `translate.py` runs and which uses this module): `Translator` maps text to
 text with the pipeline of `transformer.decoding.translate_batch` (tokenize,
-encode, search, cut at `[END]`, detokenize), compiled once per strategy type
-of `transformer.strategies`: `Greedy()`, `Beam(size, alpha, n_best)` or
-`Sample(temperature, top_k, top_p, seed)`. It hands back the text, the
+encode, search, cut at `[END]`, detokenize), compiled once per strategy of
+`transformer.strategies` (`Strategy.pipeline_key`): `Greedy()`, `Beam(size,
+alpha, n_best)`, `Sample(temperature, top_k, top_p, seed)` or any other
+`Strategy` object, a user's own subclass included. It hands back the text, the
 tokens, the score and, when asked for, every attention weight of the final
 output. `export_translator` (from `transformer.export`) writes the same
 pipeline as a SavedModel.
@@ -45,10 +46,10 @@ from transformer.decoding import (
 from transformer.export import export_translator
 from transformer.search import length_penalty, setting_tensors
 from transformer.strategies import (
-    SEARCH_STRATEGIES,
     Beam,
     Greedy,
     Sample,
+    as_strategy,
     check_strategy,
     run_strategy,
 )
@@ -170,9 +171,11 @@ class Translator:
     The search is one strategy object (`transformer.strategies`): `Greedy()`
     (the default), `Beam(size=4, alpha=0.6, n_best=1)` (with `n_best > 1`,
     the `n_best` best hypotheses of each sentence) or `Sample(temperature,
-    top_k, top_p, seed)`. All run the model's own layers with their caches,
-    in one compiled pipeline per strategy type whose settings are tensor
-    inputs (traced once for every batch size, length and setting). The
+    top_k, top_p, seed)`, or any other `Strategy` object. All run the
+    model's own layers with their caches, in one compiled pipeline per
+    strategy (per `Strategy.pipeline_key`: its class and static fields)
+    whose settings are tensor inputs (traced once for every batch size,
+    length and setting), made on first use. The
     scores come from the decoding loop. The attention weights of the final
     output are computed when first read, by one teacher-forced pass of the
     full model over the call's batch, so they are exactly the model's.
@@ -207,9 +210,9 @@ class Translator:
         search: this call's strategy (default: the translator's).
 
     Returns:
-        A `Translation` for a string, a list of them for a list; with a beam's
-        `n_best > 1`, a list of `n_best` `Translation`s, best first, in place
-        of each.
+        A `Translation` for a string, a list of them for a list; for a
+        strategy with `results_per_sentence > 1` (a beam's `n_best > 1`), a
+        list of that many `Translation`s, best first, in place of each.
 
     Example (a run that `python train.py` wrote)::
 
@@ -243,8 +246,7 @@ class Translator:
         self.max_length = default_max_length(transformer, max_length)
         self.extra_length = extra_length
         self.search = check_strategy(search)
-        self._pipelines = {kind: compile_pipeline(tokenizers, transformer, kind)
-                           for kind in SEARCH_STRATEGIES}
+        self._pipelines = {}  # by `Strategy.pipeline_key()`, made on first use
         # The teacher-forced pass that gives the attention weights, compiled once.
         self._attention_pass = tf.function(
             functools.partial(teacher_forced_pass, transformer, attention=True),
@@ -276,11 +278,18 @@ class Translator:
             kwargs["search"] = run_strategy(run_dir)
         return cls(tokenizers, model, **kwargs)
 
-    def tracing_count(self, kind):
-        """How many times the compiled pipeline of a strategy type (or of a
-        strategy object's type) was traced: stays 1."""
-        kind = kind if isinstance(kind, type) else type(kind)
-        return self._pipelines[kind].experimental_get_tracing_count()
+    def tracing_count(self, search):
+        """How many times the compiled pipeline of a strategy object (or of a
+        strategy class's default object) was traced: stays 1 once used, 0 before."""
+        pipeline = self._pipelines.get(as_strategy(search, "search").pipeline_key())
+        return 0 if pipeline is None else pipeline.experimental_get_tracing_count()
+
+    def _pipeline(self, search):
+        """The compiled pipeline of `search`'s `pipeline_key()`, made on first use."""
+        key = search.pipeline_key()
+        if key not in self._pipelines:
+            self._pipelines[key] = compile_pipeline(self.tokenizers, self.transformer, search)
+        return self._pipelines[key]
 
     def encode(self, sentences):
         """Tokenizes and trims a list of strings as the model will see them.
@@ -372,7 +381,7 @@ class Translator:
         """Translations of one batch, and a bool numpy `(batch,)`: True for a
         sentence whose search its limit stopped where `full_extra` would have
         allowed it more tokens (None: no sentence is cut)."""
-        out = self._pipelines[type(search)](
+        out = self._pipeline(search)(
             tf.constant(sentences, tf.string), tf.constant(max_length, tf.int32),
             tf.constant(extra_length, tf.int32), settings,
         )
@@ -389,6 +398,9 @@ class Translator:
         if full_extra is not None:
             full = output_limits(out.encoder_tokens, max_length, full_extra).numpy()
             cut = out.stopped.numpy() & (out.limits.numpy() < full) & ~empty
+        if tokens.shape[1] != search.results_per_sentence:
+            raise ValueError(f"{search!r} returned {tokens.shape[1]} results per sentence; its "
+                             f"results_per_sentence says {search.results_per_sentence}.")
         return self._results(out, tokens, empty, search.score_alpha, return_attention), cut
 
     def _results(self, out, tokens, empty, alpha, return_attention):
@@ -425,7 +437,7 @@ class Translator:
                     attention_weights={} if attention is None or empty[b]
                     else attention.for_row(row),
                 ))
-            results.append(hypotheses[0] if n == 1 else hypotheses)
+            results.append(hypotheses[0] if n == 1 else hypotheses)  # n: results_per_sentence
         return results
 
 

@@ -11,6 +11,7 @@ object in `search_strategy`.
     python translate.py --run runs/toy "o gato preto come o bolo" --html explorer.html
     python translate.py --run runs/toy "o gato preto" --n-best 3
     python translate.py --run runs/toy "o gato preto" --top-p 0.9 --seed 1
+    python translate.py --run runs/toy "o gato preto" --search beam --setting size=6
     python translate.py --run runs/toy "o gato preto" --engine ctranslate2 --quantization int8
 
 With `--engine ctranslate2` the run is converted once to a CTranslate2 model
@@ -27,8 +28,8 @@ per line, UTF-8); either way they are sorted by length and translated in
 batches of `transformer.constants.TRANSLATE_BATCH_SIZE` (CTranslate2:
 `transformer.ctranslate2_translator.CTRANSLATE2_BATCH_SIZE`). Translations go to
 standard output, one per line, in the input's order (with --scores, each
-followed by a tab and its score; with --n-best N, N such lines per sentence,
-best first). A byte-order mark at the start of standard input is dropped. A
+followed by a tab and its score; for a strategy that returns N results per
+sentence, such as --n-best N, N such lines per sentence, best first). A byte-order mark at the start of standard input is dropped. A
 line of standard input that is not valid UTF-8 is reported on standard error,
 one line per bad line (`<stdin>:3: not valid UTF-8 (byte 0xff at column 8)`),
 and nothing is translated: the exit status is 1. TensorFlow is imported only
@@ -38,6 +39,8 @@ hidden, unless --verbose), so `--help` and usage errors are quick.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import itertools
 import logging
 import os
@@ -65,7 +68,14 @@ from transformer.plot import (  # matplotlib only, no TensorFlow
     attention_explorer_html,
     plot_attention_weights,
 )
-from transformer.strategies import Beam, Greedy, Sample, run_strategy  # no TensorFlow
+from transformer.strategies import (  # no TensorFlow
+    Beam,
+    Greedy,
+    Sample,
+    registered,
+    run_strategy,
+    strategy_class,
+)
 
 _SCORE_HELP = ("the score is the log-probability the search ranks by: log P(Y|X) for "
                "greedy decoding and sampling, and log P(Y|X) / lp(Y) with the length "
@@ -127,8 +137,10 @@ def parse_args(argv=None):
             if value is not None:
                 parser.error(f"{option} shows the attention weights of the TensorFlow engine; "
                              "drop --engine ctranslate2")
-    try:
-        search_strategy(args)  # the options' combination, checked before any file is read
+    try:  # the options' combination, checked before any file is read
+        search = search_strategy(args)
+        if args.engine == "ctranslate2":
+            search.ctranslate2_options()  # NotSupportedError before any conversion
     except ValueError as err:
         parser.error(str(err))
     return args
@@ -141,15 +153,23 @@ def _add_search_arguments(parser):
                   "beam 4 for real corpora, greedy for the toy corpus); --beam or --n-best "
                   "for beam search; any of --temperature, --top-k, --top-p, --seed for "
                   "sampling (which draws one output per sentence, so no --beam or --n-best "
-                  "with it)."
+                  "with it). --search NAME chooses a registered strategy by name instead; "
+                  "the options above then set its fields of the same meaning (--beam its "
+                  "size), and --setting FIELD=VALUE any field."
     )
+    group.add_argument("--search", default=None, metavar="NAME",
+                       help="a registered search strategy (transformer.strategies.registered(): "
+                            f"{', '.join(registered())}, and any a user's module registers)")
+    group.add_argument("--setting", action="append", default=[], metavar="FIELD=VALUE",
+                       help="with --search: set a field of the strategy (a number, None, "
+                            "True, False or a word); may be repeated")
     group.add_argument("--beam", type=positive_int, default=None, metavar="N",
                        help="beam size; 1 is greedy decoding, the paper uses 4 (default: the "
                             "run's evaluation beam, 1 if its config.json has none; 4 and at "
                             "least N with --n-best N)")
     group.add_argument("--alpha", type=non_negative_float, default=None,
                        help="length penalty exponent of beam search (default 0.6)")
-    group.add_argument("--n-best", type=positive_int, default=1, metavar="N",
+    group.add_argument("--n-best", type=positive_int, default=None, metavar="N",
                        help="print the N best translations of each sentence, best first, "
                             f"each followed by a tab and its score; {_SCORE_HELP}")
     group.add_argument("--scores", action="store_true",
@@ -167,12 +187,19 @@ def _add_search_arguments(parser):
                             "of the same input (default: a new random seed each run)")
 
 
-def search_strategy(args, run_dir=None):
-    """The one strategy the search options ask for (`Greedy`, `Beam` or `Sample`).
+# The search options and the strategy fields of the same meaning (`--search NAME`).
+_OPTION_FIELDS = {"beam": "size", "alpha": "alpha", "n_best": "n_best",
+                  "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
+                  "seed": "seed"}
 
-    Any of --temperature, --top-k, --top-p or --seed samples; --beam N or
-    --n-best N searches a beam (of max(4, N) for --n-best N alone); with
-    none of them, the run decodes as it was evaluated
+
+def search_strategy(args, run_dir=None):
+    """The one strategy the search options ask for.
+
+    `--search NAME` makes the registered strategy `NAME` of the options
+    (`named_strategy`). Otherwise any of --temperature, --top-k, --top-p or
+    --seed samples; --beam N or --n-best N searches a beam (of max(4, N) for
+    --n-best N alone); with none of them, the run decodes as it was evaluated
     (`transformer.strategies.run_strategy(run_dir)`; greedy when `run_dir` is
     None, which is how `parse_args` checks the options before reading any
     file). --alpha is the beam's length penalty (a beam of 1 with --alpha is
@@ -181,11 +208,17 @@ def search_strategy(args, run_dir=None):
     Raises:
         ValueError: options that do not go together, in the command line's words.
     """
+    if args.search is not None:
+        return named_strategy(args)
+    if args.setting:
+        raise ValueError("--setting sets a field of the strategy that --search NAME chooses; "
+                         "add --search.")
+    n_best = args.n_best or 1
     beam = args.beam
-    if beam is None and args.n_best > 1:
-        beam = max(DEFAULT_BEAM_SIZE, args.n_best)
-    if args.n_best > (beam or 1):
-        raise ValueError(f"Received --n-best {args.n_best} and --beam {beam}: the n-best list "
+    if beam is None and n_best > 1:
+        beam = max(DEFAULT_BEAM_SIZE, n_best)
+    if n_best > (beam or 1):
+        raise ValueError(f"Received --n-best {n_best} and --beam {beam}: the n-best list "
                          "comes from the beam, expected --beam >= --n-best.")
     if any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed)):
         if beam is not None and beam > 1:
@@ -202,7 +235,45 @@ def search_strategy(args, run_dir=None):
     if beam == 1 and args.alpha is None:
         return Greedy()
     return Beam(size=beam, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
-                n_best=args.n_best)
+                n_best=n_best)
+
+
+def named_strategy(args):
+    """`--search NAME`: the registered strategy class `NAME`, made with the fields
+    that the search options (`_OPTION_FIELDS`) and `--setting FIELD=VALUE` give;
+    its defaults for the others.
+
+    Raises:
+        ValueError: an unknown name or field, or a value the strategy refuses.
+    """
+    kind = strategy_class(args.search)
+    fields = ({field.name for field in dataclasses.fields(kind) if field.init}
+              if dataclasses.is_dataclass(kind) else set())
+    values = {}
+    for option, field in _OPTION_FIELDS.items():
+        value = getattr(args, option)
+        if value is None:
+            continue
+        if field not in fields:
+            raise ValueError(f"--{option.replace('_', '-')} sets the field {field!r}, which "
+                             f"--search {args.search} does not have (its fields: "
+                             f"{', '.join(sorted(fields)) or 'none'}).")
+        values[field] = value
+    for setting in args.setting:
+        field, equals, text = setting.partition("=")
+        if not equals or field not in fields:
+            raise ValueError(f"--setting {setting}: expected FIELD=VALUE with a field of "
+                             f"--search {args.search} ({', '.join(sorted(fields)) or 'none'}).")
+        values[field] = _setting_value(text)
+    return kind(**values)
+
+
+def _setting_value(text):
+    """A `--setting` value: a Python literal (number, None, True, False), else the text."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def _layer_name(layer, num_layers):
@@ -291,12 +362,13 @@ def _read_sentences(args):
     return sentences
 
 
-def _ctranslate2_results(args, sentences):
+def _ctranslate2_results(args, sentences, search):
     """`--engine ctranslate2`: the run's CTranslate2 export (converted once), translated."""
+    search.ctranslate2_options()  # a strategy CTranslate2 cannot run, before converting
     model_dir = ctranslate2_model(args.run, args.quantization or "float32")
     translator = CTranslate2Translator(model_dir)
     return translator.translate(
-        list(sentences), search=search_strategy(args, args.run),
+        list(sentences), search=search,
         max_length=DEFAULT_MAX_OUTPUT_LENGTH if args.max_length is None else args.max_length)
 
 
@@ -308,10 +380,12 @@ def tensorflow_translator(run_dir):
     return Translator.from_run(run_dir)
 
 
-def _print_results(args, results):
-    """One line per translation (N per sentence with --n-best N), with --scores and tokens."""
-    hypotheses = results if args.n_best > 1 else [[result] for result in results]
-    scores = args.scores or args.n_best > 1
+def _print_results(args, results, search):
+    """One line per translation (the strategy's `results_per_sentence` per sentence,
+    with their scores when more than one), with --scores and tokens."""
+    several = search.results_per_sentence > 1
+    hypotheses = results if several else [[result] for result in results]
+    scores = args.scores or several
     for result in itertools.chain.from_iterable(hypotheses):
         print(f"{result.text}\t{result.score:.4f}" if scores else result.text)
         if args.show_tokens:
@@ -328,8 +402,9 @@ def run(args):
         raise ValueError(f"--html {args.html}: expected a .html file name.")
     if not sentences:
         return 0
+    search = search_strategy(args, args.run)
     if args.engine == "ctranslate2":
-        _print_results(args, _ctranslate2_results(args, sentences))
+        _print_results(args, _ctranslate2_results(args, sentences, search), search)
         return 0
 
     translator = tensorflow_translator(args.run)
@@ -345,13 +420,12 @@ def run(args):
                 "or one of encoder_layer{i}, decoder_layer{i}_block1, decoder_layer{i}_block2."
             )
 
-    search = search_strategy(args, args.run)
     results = translator(
         list(sentences), max_length=args.max_length,
         return_attention=args.plot is not None or args.html is not None, search=search,
     )
-    _print_results(args, results)
-    if args.n_best > 1:  # the best of each sentence is what gets plotted
+    _print_results(args, results, search)
+    if search.results_per_sentence > 1:  # the best of each sentence is what gets plotted
         results = [best[0] for best in results]
 
     if args.plot is not None:
