@@ -137,6 +137,7 @@ def test_a_subclass_is_registered_only_by_its_own_name():
         pass
 
     assert Mine.NAME is None and "greedy" in registered() and registered()["greedy"] is Greedy
+    assert Mine.SAVED_MODEL is None and Greedy.SAVED_MODEL is not None  # "greedy" is taken
     assert Mine().pipeline_key() != Greedy().pipeline_key()
     taken = r"'greedy' for .*Other: the name of transformer\.strategies\.Greedy already"
     with pytest.raises(ValueError, match=taken):

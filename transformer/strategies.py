@@ -108,7 +108,8 @@ class Strategy(abc.ABC):
             a short limit and then the sentences stopped there at their full
             one, with the results of one pass: true when a sentence's output
             does not depend on the batch it is decoded in.
-        SAVED_MODEL: its function in an exported SavedModel, or None.
+        SAVED_MODEL: its function in an exported SavedModel, or None; like
+            `NAME`, declared by each class itself, not inherited.
     """
 
     NAME: ClassVar[str | None] = None
@@ -118,7 +119,9 @@ class Strategy(abc.ABC):
 
     def __init_subclass__(cls, name=None, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls.NAME = name  # a subclass does not inherit its parent's name
+        cls.NAME = name  # a subclass does not inherit its parent's name,
+        if "SAVED_MODEL" not in vars(cls):  # nor its SavedModel function (the name is taken)
+            cls.SAVED_MODEL = None
         if name is None:
             return
         known = _REGISTRY.get(name)
