@@ -5,11 +5,12 @@ before TensorFlow initialises)::
 
     python tests/replica_steps.py STRATEGY OUT.npz [--cpu-devices N]
         [--lengths equal|unequal] [--optimizer sgd|averaging-adam] [--steps N]
+        [--batch N]
 
 It builds the strategy with `transformer.run.distribute.make_strategy`, compiles
 the library's model with `MaskedLoss` as `transformer.run.train` does
 (dropout 0, seed 0) but with plain SGD, fits `STEPS` steps of fixed, unshuffled batches of
-`GLOBAL_BATCH` pairs, and saves the weights and the per-step losses to
+`--batch` pairs (`GLOBAL_BATCH`), and saves the weights and the per-step losses to
 OUT.npz (only the chief writes it). The same global batches go to every
 strategy, so one device and N replicas must end with the same weights.
 SGD rather than the library's Adam: Adam's first updates are about
@@ -28,6 +29,8 @@ weights' paths (`names`).
 replicas gets) has the same number of real target tokens, so the mean over
 each replica's tokens, averaged over replicas, is the mean over all tokens.
 `--lengths unequal`: the halves hold very different numbers of real tokens.
+`--batch 3`: the replicas of a two-way strategy hold two pairs and one, as
+they do with batches of a token budget.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def main(argv=None):
     parser.add_argument("--lengths", choices=sorted(TARGET_LENGTHS), default="equal")
     parser.add_argument("--optimizer", choices=("sgd", "averaging-adam"), default="sgd")
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--batch", type=int, default=GLOBAL_BATCH)
     args = parser.parse_args(argv)
 
     from transformer.run.distribute import is_chief, make_strategy
@@ -97,7 +101,7 @@ def main(argv=None):
     )
     shard = tf.data.Options()
     shard.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = batches_from_tokens(tokenized, GLOBAL_BATCH, shuffle=False)
+    dataset = batches_from_tokens(tokenized, args.batch, shuffle=False)
     dataset = dataset.repeat().with_options(shard)
 
     with strategy.scope():

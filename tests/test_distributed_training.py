@@ -107,6 +107,24 @@ def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_tokens(tmp_pat
     assert_same_training(tmp_path / "one.npz", tmp_path / "two.npz")
 
 
+@pytest.mark.slow
+def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_pairs(tmp_path):
+    # Batches of three pairs split two and one, as token-budget batches of an
+    # odd number of pairs do. Only the weights are compared: Keras weights each
+    # replica's reported loss by its pairs, so the logged loss of such a step
+    # is not the mean over its tokens (the gradient is).
+    options = ("--lengths", "unequal", "--batch", "3")
+    reference = start("default", tmp_path / "one.npz", *options)
+    mirrored = start("mirrored", tmp_path / "two.npz", "--cpu-devices", "2", *options)
+    finish(reference)
+    finish(mirrored)
+    reference_losses, reference_weights = load(tmp_path / "one.npz")
+    _, weights = load(tmp_path / "two.npz")
+    assert len(reference_losses) == 3 and len(weights) == len(reference_weights) > 10
+    for index, (got, want) in enumerate(zip(weights, reference_weights, strict=True)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"weight {index}")
+
+
 # ------------------------------------------- the optimizer of a run, with its average
 
 ADAM_STEPS = 6

@@ -1,4 +1,4 @@
-"""A workaround that lets Keras 3.15's `model.fit` run under `MultiWorkerMirroredStrategy`."""
+"""A workaround that lets Keras 3.15's `model.fit` run under the mirrored strategies."""
 
 from __future__ import annotations
 
@@ -12,38 +12,47 @@ from transformer.data.batching import batches_from_tokens
 
 @contextlib.contextmanager
 def multi_worker_fit_workaround(model, strategy, tokenized):
-    """Lets `model.fit` run under `MultiWorkerMirroredStrategy` (Keras 3.15).
+    """Lets `model.fit` run under `MirroredStrategy` and `MultiWorkerMirroredStrategy`
+    (Keras 3.15).
 
-    Keras' TensorFlow trainer trips over this strategy twice, and both are
+    Keras' TensorFlow trainer trips over these strategies, and both trips are
     side-stepped here, for the duration of a `fit` call only:
 
     - Before the first step it reduces the first distributed batch with
-      `strategy.reduce` to learn the input shapes, which this strategy cannot
-      do for a nested `(x, y)` batch. The shapes only serve to build the
-      metrics and the loss, so they are built from a local batch instead.
-    - After every step it averages the metrics over the replicas with
-      `strategy.reduce("MEAN", value, axis=0)`, which fails on scalars. The
-      train and test steps return them as vectors of one value instead.
+      `strategy.reduce` to learn the input shapes. That sums the replicas'
+      parts of the batch, which fails when they hold different numbers of
+      pairs (a token-budget batch of an odd number of pairs, or of one), and
+      under the multi-worker strategy for any nested `(x, y)` batch. The
+      shapes only serve to build the metrics and the loss, so they are built
+      from a local batch instead.
+    - Under the multi-worker strategy, after every step it averages the
+      metrics over the replicas with `strategy.reduce("MEAN", value, axis=0)`,
+      which fails on scalars. The train and test steps return them as
+      vectors of one value instead.
 
-    Other strategies are left alone.
+    One device is left alone.
 
     Args:
         model: the compiled `Transformer`.
         strategy: the run's `tf.distribute.Strategy`.
         tokenized: the training pairs' `TokenizedPairs`, for the local batch.
     """
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    if strategy.num_replicas_in_sync == 1:
         yield
         return
     sample = next(iter(batches_from_tokens(tokenized, 2, shuffle=False)))
-    model_class = type(model)
     model._maybe_symbolic_build = functools.partial(_build_from_local_batch, model, strategy, sample)
-    model.train_step = functools.partial(_vector_logs_step, model_class.train_step, model)
-    model.test_step = functools.partial(_vector_logs_step, model_class.test_step, model)
+    vector_logs = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    if vector_logs:
+        model_class = type(model)
+        model.train_step = functools.partial(_vector_logs_step, model_class.train_step, model)
+        model.test_step = functools.partial(_vector_logs_step, model_class.test_step, model)
     try:
         yield
     finally:
-        del model._maybe_symbolic_build, model.train_step, model.test_step
+        del model._maybe_symbolic_build
+        if vector_logs:
+            del model.train_step, model.test_step
 
 
 def _build_from_local_batch(model, strategy, sample, iterator=None, data_batch=None):

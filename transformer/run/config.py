@@ -258,9 +258,10 @@ class RunConfig:
     batch_tokens: int | None = setting(
         None, "batch pairs of about equal length, at most N padded tokens per batch and "
         "side (section 5.1), so that almost no padding is computed; 0 for batches of "
-        "--batch-size pairs", section="batches", kind="non_negative_int", metavar="N",
-        default_help="{toy[batch_tokens]} for the toy corpus; otherwise --batch-size times "
-        "the mean padded pair length, with one device")
+        "--batch-size pairs; with --strategy mirrored or multi-worker, each replica "
+        "takes its share of every batch's pairs", section="batches", kind="non_negative_int",
+        metavar="N", default_help="{toy[batch_tokens]} for the toy corpus; otherwise "
+        "--batch-size times the mean padded pair length")
     steps_per_epoch: int | None = setting(
         None, "updates per epoch", section="batches", kind="positive_int", metavar="N",
         default_help="one pass over the training pairs")

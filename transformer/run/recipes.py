@@ -345,7 +345,7 @@ def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config) -> dict:
         sized["epochs"] = min(MAX_EPOCHS, max(MIN_EPOCHS, epochs))
     if config.batch_tokens is None:
         # As many real tokens per update as `batch_size` pairs of mean length,
-        # without the padding (one device; a distributed run splits fixed batches).
-        single = config.strategy == "default"
-        sized["batch_tokens"] = max(1, round(config.batch_size * mean_tokens)) if single else 0
+        # without the padding. A distributed run splits each update's pairs
+        # among its replicas, so it makes the updates one device makes.
+        sized["batch_tokens"] = max(1, round(config.batch_size * mean_tokens))
     return sized
