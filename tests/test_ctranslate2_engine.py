@@ -307,3 +307,21 @@ def test_detokenize_keeps_the_spaces_the_projects_tokenizer_keeps(run_copy):
         ids = [translator.target.piece_to_id(p) for p in pieces]
         expected = target.detokenize(tf.constant([ids], tf.int64)).numpy()[0].decode("utf-8")
         assert translator.detokenize(pieces) == expected, pieces
+
+
+def test_a_strategy_ctranslate2_cannot_run_is_refused_before_converting(run_copy, capsys,
+                                                                         monkeypatch):
+    class NoEngine(Greedy, name="test_no_ctranslate2"):
+        def ctranslate2_options(self):
+            return self.not_supported("CTranslate2")
+
+    def converted(*args, **kwargs):
+        raise AssertionError("converted a run for a search CTranslate2 cannot run")
+
+    monkeypatch.setattr(translate_cli, "ctranslate2_model", converted)
+    status, out, err = _cli(translate_cli.main, ["--run", run_copy, "--engine", "ctranslate2",
+                                                 "--search", "test_no_ctranslate2", "o gato"],
+                            capsys)
+    assert status == 2 and out == []
+    assert "NoEngine() cannot run on CTranslate2; translate with the TensorFlow engine." \
+        in err[-1]

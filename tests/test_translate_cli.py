@@ -263,6 +263,24 @@ def test_n_best_lines_are_sorted_and_the_first_is_beam_fours_answer(run_dir, sen
         assert len({text for text, _ in lines}) >= 2  # different hypotheses
 
 
+def test_a_strategy_named_by_search_prints_the_results_it_returns(run_dir, sentences,
+                                                                  translator, cli):
+    """`--search NAME` with the options of the same meaning and `--setting`: as
+    many lines per sentence as the strategy returns, not as --n-best says."""
+    status, stdout, _ = cli("--run", run_dir, *sentences, "--search", "beam", "--beam", "3",
+                            "--setting", "n_best=2", "--setting", "alpha=0.0")
+    assert status == 0 and len(stdout) == 2 * len(sentences)
+    beam = translator(sentences, search=Beam(3, 0.0, n_best=2))
+    assert [line.split("\t")[0] for line in stdout] == [h.text for best in beam for h in best]
+    assert _strategy(run_dir, "--search", "sample", "--seed", "3", "--top-p", "0.5") == Sample(
+        top_p=0.5, seed=3)
+    assert _strategy(run_dir, "--search", "greedy") == Greedy()
+    status, _, stderr = cli("--run", run_dir, "o gato", "--search", "bean")
+    assert status == 2 and "unknown search strategy 'bean'" in stderr[-1]
+    status, _, stderr = cli("--run", run_dir, "o gato", "--setting", "size=2")
+    assert status == 2 and "add --search" in stderr[-1]
+
+
 def test_sampling_is_reproducible_by_seed_and_top_k_one_is_greedy(run_dir, test_sources,
                                                                     translator, cli):
     def sample(*args):

@@ -8,9 +8,11 @@ serves translations needs only `ctranslate2` and `sentencepiece` besides it.
 
 `CTranslate2Translator.translate(sentences, search)` runs the strategies of
 `transformer.strategies` (`Greedy()`, `Beam(size, alpha, n_best)`,
-`Sample(...)`) as `transformer.translate.Translator` does, with the same
-scores (without a vocabulary map; with one, see below); `translate.py
---engine ctranslate2` uses it. How each maps onto CTranslate2:
+`Sample(...)`, or any whose `ctranslate2_options()` gives CTranslate2's
+options; one that cannot run here raises `NotSupportedError`, naming it) as
+`transformer.translate.Translator` does, with the same scores (without a
+vocabulary map; with one, see below); `translate.py --engine ctranslate2`
+uses it. How the built-in ones map onto CTranslate2:
 
 - Greedy decoding: `beam_size=1`. The score is `log P(Y | X)`, `[END]`
   included (`min_decoding_length=0`, see `transformer.export_ctranslate2`).
@@ -343,13 +345,19 @@ class CTranslate2Translator:
 
         Args:
             sentences: a list of strings.
-            search: `Greedy()`, `Beam(size, alpha, n_best)` or `Sample(...)`.
+            search: a strategy object, `Greedy()`, `Beam(size, alpha, n_best)`,
+                `Sample(...)` or another whose `ctranslate2_options()` runs here.
             max_length, extra_length: the output limits (see `__call__`).
             batch_size: sentences decoded together.
 
         Returns:
-            A `Hypothesis` per sentence; with a beam's `n_best > 1`, a list of
-            `n_best` of them, best first (fewer if fewer finished).
+            A `Hypothesis` per sentence; for a strategy with
+            `results_per_sentence > 1` (a beam's `n_best > 1`), a list of that
+            many, best first (fewer if fewer finished).
+
+        Raises:
+            transformer.strategies.NotSupportedError: a strategy that
+                CTranslate2 cannot run.
         """
         check_strategy(search)
         tokens = self.tokenize(sentences)
