@@ -49,7 +49,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # `transformer`, for 
 from common import REPO, BenchError, machine, pinned, portable, write_json  # noqa: E402
 
 _FIRST_STEP = re.compile(r"First step \(step \d+\) done")
-_RATE = re.compile(r"Step \d+ .*?: ([0-9.]+) steps a second")
+_RATE = re.compile(r"Step \d+ .*?: ([0-9.]+) steps a second(?: \(([0-9,]+) target tokens)?")
 # The log lines that time the work before the first step.
 _STAGES = re.compile(r"^(Scanned|Read the scan|Built|Tokenized|Opened) ")
 
@@ -101,15 +101,23 @@ class _PeakAnonymous:
         self._thread.join()
 
 
-def run_train(args: list[str], cores) -> dict:
-    """Runs train.py; returns its peak RSS, the seconds to its first step, its
-    steps a second after warm-up and the tail of its output."""
+def _median_after_warm_up(values: list[float]) -> float | None:
+    """The median of once-a-minute rates without the first, whose minute holds
+    the warm-up (with it when it is the only one)."""
+    values = sorted(values[1:]) or values
+    return values[len(values) // 2] if values else None
+
+
+def run_train(args: list[str], cores, env=None) -> dict:
+    """Runs train.py (with `env` added to its environment); returns its peak
+    RSS, the seconds to its first step, its steps and target tokens a second
+    after warm-up and the tail of its output."""
     command = pinned([sys.executable, str(REPO / "train.py"), *args], cores)
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=REPO)
+                               text=True, cwd=REPO, env={**os.environ, **(env or {})})
     anonymous = _PeakAnonymous(process.pid)
-    first_step, rates, tail, stages = None, [], [], []
+    first_step, rates, tokens, tail, stages = None, [], [], [], []
     for line in process.stdout:
         tail = (tail + [line.rstrip()])[-40:]
         if _STAGES.match(line):
@@ -118,17 +126,20 @@ def run_train(args: list[str], cores) -> dict:
             first_step = time.perf_counter() - started
         if match := _RATE.search(line):
             rates.append(float(match.group(1)))
+            if match.group(2):
+                tokens.append(float(match.group(2).replace(",", "")))
     _, status, usage = os.wait4(process.pid, 0)
     anonymous.stop()
     if os.waitstatus_to_exitcode(status):
         print("\n".join(tail), file=sys.stderr)
         raise BenchError(f"train.py failed: {portable(' '.join(command))}")
-    rates = sorted(rates[1:]) or rates  # the first line's minute holds the warm-up
+    steps, tokens = _median_after_warm_up(rates), _median_after_warm_up(tokens)
     return {
         "command": portable(" ".join(command)),
         "seconds": round(time.perf_counter() - started, 1),
         "first_step_seconds": None if first_step is None else round(first_step, 1),
-        "steps_per_second": round(rates[len(rates) // 2], 3) if rates else None,
+        "steps_per_second": None if steps is None else round(steps, 3),
+        "target_tokens_per_second": tokens,
         # ru_maxrss is in KiB on Linux.
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
         # Without file-backed pages (the memory-mapped token files, the libraries).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -160,7 +161,8 @@ def test_progress_log_names_the_first_step_then_a_line_a_minute(monkeypatch, cap
     class FakeModel:
         optimizer = type("FakeOptimizer", (), {"iterations": step})()
 
-    progress = callbacks.ProgressLog(started=2.5, steps_per_epoch=100, every=60.0)
+    progress = callbacks.ProgressLog(started=2.5, steps_per_epoch=100, tokens_per_step=512.5,
+                                     every=60.0)
     progress.set_model(FakeModel())
     with caplog.at_level(logging.INFO, logger="transformer.run.callbacks"):
         progress.on_train_batch_end(0, {"loss": 5.0})
@@ -171,6 +173,19 @@ def test_progress_log_names_the_first_step_then_a_line_a_minute(monkeypatch, cap
         assert caplog.messages == ["First step (step 1) done 7.5 s after the run started."]
         now[0] += 30.0
         step.assign(121)
-        progress.on_train_batch_end(0, {"loss": 3.25})
-    assert caplog.messages[1] == ("Step 121 (epoch 2, batch 21/100): 2.00 steps a second, "
-                                  "loss 3.2500.")
+        # A multi-worker run's logs hold vectors of one value.
+        progress.on_train_batch_end(0, {"loss": np.array([3.25])})
+    assert caplog.messages[1] == ("Step 121 (epoch 2, batch 21/100): 2.00 steps a second "
+                                  "(1,025 target tokens a second), loss 3.2500.")
+
+
+def test_target_tokens_per_step_counts_the_labels_of_the_first_split():
+    from transformer.data.batching import TokenizedPairs
+    from transformer.run.callbacks import target_tokens_per_step
+
+    # Targets of 4 and 6 ids hold 3 and 5 labels; the second variant is not read.
+    tokens = TokenizedPairs(context=tf.ragged.constant([[2, 3], [2, 3], [2, 3], [2, 3]]),
+                            target=tf.ragged.constant([[2, 5, 6, 3], [2, 5, 6, 7, 8, 3],
+                                                       [2, 3], [2, 3]]),
+                            max_tokens=8, variants=2)
+    assert target_tokens_per_step(tokens, steps_per_pass=4) == 2.0

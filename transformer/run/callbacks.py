@@ -11,6 +11,7 @@ import math
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from transformer.seams import learning_rate_schedule
@@ -233,23 +234,35 @@ class EpochSummary(keras.callbacks.Callback):
 
 
 
+def target_tokens_per_step(tokens, steps_per_pass: int) -> float:
+    """The real target tokens (labels) a step trains on, on average over a pass
+    of `steps_per_pass` steps over `tokens` (a `TokenizedPairs`)."""
+    labels = tokens.target.lengths[: len(tokens)] - 1
+    return float(labels.sum()) / steps_per_pass
+
+
 class ProgressLog(keras.callbacks.Callback):
     """Logs the first step (and how long after the run's start it came), then
-    a line about every `every` seconds: the step, its epoch, steps a second since
-    the last line, and the loss. An epoch over a corpus
+    a line about every `every` seconds: the step, its epoch, steps and target
+    tokens a second since the last line, and the loss. An epoch over a corpus
     of millions of pairs lasts hours; without a progress bar (no terminal)
     these lines are the run's news between epoch summaries.
 
     Args:
         started: `time.perf_counter()` when the run started.
         steps_per_epoch: steps of an epoch, to name the epoch and batch.
+        tokens_per_step: the real target tokens of a step, on average over a
+            pass (`target_tokens_per_step`), for the tokens a second; None to
+            leave them out.
         every: seconds between lines.
     """
 
-    def __init__(self, started: float, steps_per_epoch: int, every: float = 60.0):
+    def __init__(self, started: float, steps_per_epoch: int,
+                 tokens_per_step: float | None = None, every: float = 60.0):
         super().__init__()
         self.started = started
         self.steps_per_epoch = steps_per_epoch
+        self.tokens_per_step = tokens_per_step
         self.every = every
         self._first = True
         self._last = (0.0, 0)
@@ -269,6 +282,10 @@ class ProgressLog(keras.callbacks.Callback):
         self._last = (now, step)
         epoch, in_epoch = divmod(step - 1, self.steps_per_epoch)
         loss = (logs or {}).get("loss")
-        logger.info("Step %d (epoch %d, batch %d/%d): %.2f steps a second%s.", step, epoch + 1,
-                    in_epoch + 1, self.steps_per_epoch, (step - then_step) / (now - then),
-                    f", loss {float(loss):.4f}" if loss is not None else "")
+        rate = (step - then_step) / (now - then)
+        tokens = (f" ({rate * self.tokens_per_step:,.0f} target tokens a second)"
+                  if self.tokens_per_step else "")
+        logger.info("Step %d (epoch %d, batch %d/%d): %.2f steps a second%s%s.", step, epoch + 1,
+                    in_epoch + 1, self.steps_per_epoch, rate, tokens,
+                    f", loss {float(np.asarray(loss).reshape(-1)[0]):.4f}"
+                    if loss is not None else "")

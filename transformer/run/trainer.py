@@ -47,6 +47,7 @@ from transformer.run.callbacks import (
     TrainingError,
     format_seconds,
     optimizer_step,
+    target_tokens_per_step,
 )
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
 from transformer.run.config import RunConfig
@@ -411,7 +412,7 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
     clock = state.clock
     fitter = Fitter(session.strategy, session.chief, config, data.valid_batches, state.model,
-                    _callbacks(session, config, state), verbose)
+                    _callbacks(session, config, data, state), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
     if step >= total_steps:
@@ -545,13 +546,16 @@ def _training_pairs(session: _Session, config: RunConfig, data: _Data,
                                 session.write_dir / rundir.TOKENS_DIR)
 
 
-def _callbacks(session: _Session, config: RunConfig,
+def _callbacks(session: _Session, config: RunConfig, data: _Data,
                state: _ModelState) -> list[keras.callbacks.Callback]:
     """The callbacks of `fit`, in order: the NaN stop and the clock come before
     the checkpoint saver."""
     run_dir = session.run_dir
+    tokens_per_step = target_tokens_per_step(data.train_tokens, batches_per_pass(
+        data.train_tokens, config.batch_tokens, batch_size=config.batch_size, seed=config.seed))
     callbacks = [LearningRateLogger(), StopOnNaN(run_dir / rundir.CHECKPOINTS_DIR), state.clock,
-                 ProgressLog(session.started, config.steps_per_epoch), ValidateMovingAverage()]
+                 ProgressLog(session.started, config.steps_per_epoch, tokens_per_step),
+                 ValidateMovingAverage()]
     if session.chief:
         metrics_csv = run_dir / rundir.METRICS_CSV
         rundir.truncate_metrics_csv(metrics_csv, state.initial_step // config.steps_per_epoch)
