@@ -356,8 +356,9 @@ def pre_norm_export(tiny_run, tmp_path_factory):
 def test_trained_model_greedy_and_beam_equal_the_reference(export, request, test_pairs):
     tokenizers, model, directory = request.getfixturevalue(export)
     translator = ctranslate2.Translator(str(directory))
-    # The reference searches are plain Python loops: a third of the test pairs.
-    sentences = [source for source, _ in test_pairs[:24]]
+    # The reference searches are plain Python loops: a third of the test pairs,
+    # and for the pre-norm layout (a difference in it shows in every sentence) 8.
+    sentences = [source for source, _ in test_pairs[:24 if export == "run_export" else 8]]
     tokens = source_tokens(tokenizers.source, sentences)
     source_ids = [list(r) for r in tokenizers.source.tokenize(tf.constant(sentences)).to_list()]
     target_vocab = vocabulary(tokenizers.target)
