@@ -9,7 +9,8 @@ that needs no TensorFlow, such as `transformer.cli`, `transformer.data` or
 
 The paper's layers (positional, masking, attention, layers, model) run on
 every Keras backend; under JAX or PyTorch the names of training and decoding
-(`_TENSORFLOW_ONLY`) raise `transformer.seams.BackendError`, one line saying so.
+(`_TENSORFLOW_ONLY`) raise `transformer.seams.BackendError`, one line saying
+so, and those modules (and TensorFlow) are not imported.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ def _import_all() -> None:
     """Imports the modules of `_EXPORTS` and binds their names here. Their Keras
     classes, and through `transformer.seams` the kernels' (the optimizers
     `transformer.run.train` compiles models with), are then registered for loading."""
-    for module in dict.fromkeys(_EXPORTS.values()):
-        importlib.import_module(f"{__name__}.{module}")
     tensorflow = _seams().KERNELS
+    for module in dict.fromkeys(_EXPORTS.values()):
+        if tensorflow or module not in _TENSORFLOW_ONLY:  # they import TensorFlow
+            importlib.import_module(f"{__name__}.{module}")
     for name, module in _EXPORTS.items():
         if tensorflow or module not in _TENSORFLOW_ONLY:  # else asked for through __getattr__
             globals()[name] = getattr(globals()[module], name)

@@ -118,10 +118,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         scale = ops.cast(1.0 / math.sqrt(depth), dtype)
     else:
         scale = ops.rsqrt(ops.cast(depth, dtype))
-    # Scaling q before the product equals scaling the logits and touches fewer
-    # numbers. TensorFlow folds the transpose into the product (its graph
-    # optimizer makes it BatchMatMul's adj_y), as `transpose_b=True` did.
-    logits = ops.matmul(q * scale, ops.swapaxes(k, -1, -2))  # (..., seq_len_q, seq_len_k)
+    # Scaling q before the product equals scaling the logits and touches fewer numbers.
+    logits = seams.matmul_transposed(q * scale, k)  # (..., seq_len_q, seq_len_k)
     if mask is not None:
         mask = ops.cast(mask, dtype)
         logits += mask * ops.cast(mask_value(dtype), dtype)

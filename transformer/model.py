@@ -271,9 +271,8 @@ class TiedOutputProjection(keras.layers.Layer):
         # One 2-D product over all positions: on a 3-D `x`, TensorFlow's matmul
         # runs a broadcast batch product, which without oneDNN (CPUs without
         # AVX-512) took several times as long (BENCHMARKS.md, "Training speed").
-        # TensorFlow folds the transpose into the product (MatMul's transpose_b).
         rows = ops.reshape(x, (-1, self._embedding.output_dim))  # (positions, d_model)
-        logits = ops.matmul(rows, ops.transpose(table))  # (positions, vocab)
+        logits = seams.matmul_transposed(rows, table)  # (positions, vocab)
         return ops.reshape(logits, (*ops.shape(x)[:-1], self.units))  # (..., vocab)
 
     def compute_output_shape(self, input_shape):

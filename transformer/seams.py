@@ -33,25 +33,22 @@ from __future__ import annotations
 import contextlib
 
 import keras
-
-from transformer.kernels import fast_ops
-from transformer.kernels.multiworker import multi_worker_fit_workaround
-from transformer.kernels.optimizers import (
-    AveragingAdam,
-    FusedAdam,
-    keeps_moving_average,
-    learning_rate_schedule,
-    swap_moving_average,
-    use_moving_average,
-)
-
-__all__ = ["BackendError", "Dropout", "LayerNormalization", "adam", "keeps_moving_average",
-           "learning_rate_schedule", "multi_worker_fit_workaround", "require_tensorflow",
-           "swap_moving_average", "token_losses", "use_keras_layers", "use_moving_average"]
+from keras import ops
 
 # Whether the kernels may serve: they are TensorFlow ops and Keras's TensorFlow
-# internals. Keras fixes its backend when it is imported, so this is read once.
+# internals. Keras fixes its backend when it is imported, so this is read once;
+# under another backend neither the kernels nor TensorFlow are imported.
 KERNELS = keras.backend.backend() == "tensorflow"
+
+if KERNELS:
+    import tensorflow as tf
+
+    from transformer.kernels import fast_ops, multiworker, optimizers
+
+__all__ = ["BackendError", "Dropout", "LayerNormalization", "adam", "keeps_moving_average",
+           "learning_rate_schedule", "matmul_transposed", "multi_worker_fit_workaround",
+           "require_tensorflow", "swap_moving_average", "token_losses", "use_keras_layers",
+           "use_moving_average"]
 
 
 class BackendError(RuntimeError, ValueError):
@@ -72,32 +69,50 @@ def require_tensorflow(what: str) -> None:
         )
 
 
-def _tensorflow_only(function, what: str):
-    """`function` itself under TensorFlow; elsewhere a stand-in that raises `BackendError`."""
-    if KERNELS:
-        return function
-
+def _refusing(name: str, what: str):
+    """The stand-in, under another backend, for a TensorFlow-only service `name`."""
     def refuse(*args, **kwargs):
         require_tensorflow(what)
 
-    refuse.__name__ = refuse.__qualname__ = function.__name__
-    refuse.__doc__ = function.__doc__
+    refuse.__name__ = refuse.__qualname__ = name
+    refuse.__doc__ = f"Raises `BackendError`: {what} needs the TensorFlow backend."
     return refuse
 
 
-# The layer classes the paper's modules build, looked up when a layer is built.
-Dropout = fast_ops.Dropout if KERNELS else keras.layers.Dropout
-LayerNormalization = fast_ops.LayerNormalization if KERNELS else keras.layers.LayerNormalization
+def _tensorflow_matmul_transposed(a, b):
+    return tf.matmul(a, b, transpose_b=True)
 
-# `transformer.training.token_losses`' math with its gradient written out.
-token_losses = _tensorflow_only(fast_ops.softmax_cross_entropy, "transformer.training")
 
-# The run's services (transformer.run): TensorFlow's only.
-keeps_moving_average = _tensorflow_only(keeps_moving_average, "transformer.run")
-learning_rate_schedule = _tensorflow_only(learning_rate_schedule, "transformer.run")
-multi_worker_fit_workaround = _tensorflow_only(multi_worker_fit_workaround, "transformer.run")
-swap_moving_average = _tensorflow_only(swap_moving_average, "transformer.run")
-use_moving_average = _tensorflow_only(use_moving_average, "transformer.run")
+def _keras_matmul_transposed(a, b):
+    return ops.matmul(a, ops.swapaxes(b, -1, -2))
+
+
+if KERNELS:
+    # The layer classes the paper's modules build, looked up when a layer is built.
+    Dropout, LayerNormalization = fast_ops.Dropout, fast_ops.LayerNormalization
+    # `a @ b^T` over the last two axes (attention's logits, the tied output
+    # projection) as one product that reads `b` transposed: `keras.ops.matmul(a,
+    # keras.ops.swapaxes(b, -1, -2))` adds a transpose that TensorFlow's graph
+    # optimizer leaves in place, with its gradient (in a float32 benchmark of
+    # attention's logits and their gradient on a 2-core Xeon, a tenth longer).
+    matmul_transposed = _tensorflow_matmul_transposed
+    # `transformer.training.token_losses`' math with its gradient written out.
+    token_losses = fast_ops.softmax_cross_entropy
+    # The run's services (transformer.run).
+    keeps_moving_average = optimizers.keeps_moving_average
+    learning_rate_schedule = optimizers.learning_rate_schedule
+    multi_worker_fit_workaround = multiworker.multi_worker_fit_workaround
+    swap_moving_average = optimizers.swap_moving_average
+    use_moving_average = optimizers.use_moving_average
+else:
+    Dropout, LayerNormalization = keras.layers.Dropout, keras.layers.LayerNormalization
+    matmul_transposed = _keras_matmul_transposed
+    token_losses = _refusing("token_losses", "transformer.training")
+    keeps_moving_average = _refusing("keeps_moving_average", "transformer.run")
+    learning_rate_schedule = _refusing("learning_rate_schedule", "transformer.run")
+    multi_worker_fit_workaround = _refusing("multi_worker_fit_workaround", "transformer.run")
+    swap_moving_average = _refusing("swap_moving_average", "transformer.run")
+    use_moving_average = _refusing("use_moving_average", "transformer.run")
 
 
 class _Choice(contextlib.AbstractContextManager):
@@ -147,5 +162,6 @@ def adam(learning_rate, *, ema_momentum: float = 0.0, **settings):
             settings.update(use_ema=True, ema_momentum=ema_momentum)
         return keras.optimizers.Adam(learning_rate, **settings)
     if ema_momentum:
-        return AveragingAdam(learning_rate, use_ema=True, ema_momentum=ema_momentum, **settings)
-    return FusedAdam(learning_rate, **settings)
+        return optimizers.AveragingAdam(learning_rate, use_ema=True, ema_momentum=ema_momentum,
+                                        **settings)
+    return optimizers.FusedAdam(learning_rate, **settings)
