@@ -3,7 +3,7 @@ with `ast` (nothing is imported).
 
 No module over 650 lines and no function over 90 lines of code (argparse
 declarations aside), in `transformer` and in `bench/` (subfolders included);
-no import cycle between the modules of `transformer`, at most 2 imports of
+no import cycle between the modules of `transformer`, at most 3 imports of
 `transformer` modules inside functions, and the console scripts of
 pyproject.toml point at modules with a `main`. docs/design.md states the same
 three limits, and so does this docstring (both are checked).
@@ -21,10 +21,12 @@ BENCH = REPO / "bench"
 
 MAX_MODULE_LINES = 650
 MAX_FUNCTION_CODE_LINES = 90
-# translate.py, which imports the library (and TensorFlow) only after parsing its
-# options, and one plot. (train.py reaches the trainer through the lazy
-# `transformer.run` package.)
-MAX_FUNCTION_LEVEL_IMPORTS = 2
+# translate.py and export.py, which import the library (and TensorFlow) only
+# after parsing their options, and the built-in search strategies, which reach
+# the search loops (TensorFlow) only when they first search, so that importing
+# `transformer.strategies` does not start TensorFlow. (train.py reaches the
+# trainer through the lazy `transformer.run` package.)
+MAX_FUNCTION_LEVEL_IMPORTS = 3
 
 # Exemptions, none today. Entries are module paths (relative to the repository),
 # exempt from all three limits, or "path::function" for one function over its limit.

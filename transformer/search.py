@@ -53,7 +53,6 @@ import numpy as np
 import tensorflow as tf
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.strategies import as_strategy
 
 __all__ = [
     "BeamState",
@@ -466,8 +465,7 @@ def run_search(search, settings, start, limits, initial_finished=None, return_st
     """Runs a strategy's search (`Strategy.search`) with its `settings`.
 
     Args:
-        search: a strategy object of `transformer.strategies`, or a strategy
-            class, whose default object runs with `settings`.
+        search: a strategy object of `transformer.strategies`.
         settings: a dict of its settings by name (numbers or scalar tensors,
             see `setting_specs`), e.g. `search.settings()`.
         start: `start(rows_per_sentence) -> (next_logits, cache)`: the callback
@@ -484,7 +482,6 @@ def run_search(search, settings, start, limits, initial_finished=None, return_st
         search, `log P` otherwise; `n` is the strategy's `results_per_sentence`.
         With `return_stopped`, `(tokens, scores, stopped)`.
     """
-    search = as_strategy(search)
     limits = tf.convert_to_tensor(limits, tf.int32)
     if initial_finished is None:
         initial_finished = tf.zeros_like(limits, tf.bool)

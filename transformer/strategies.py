@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
 import math
 import numbers
 import secrets
@@ -74,7 +73,9 @@ def _check_number(name, value, low, high, low_closed, high_closed=True):
 def _loops():
     """`transformer.search` (TensorFlow), imported when a built-in strategy first
     searches: importing this module must not start TensorFlow."""
-    return importlib.import_module("transformer.search")
+    from transformer import search
+
+    return search
 
 
 class NotSupportedError(ValueError):
