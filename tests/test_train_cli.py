@@ -225,6 +225,10 @@ def test_multi_worker_two_processes_stop_at_one_budget_with_the_same_weights(dat
     chief, other = outputs
     assert "2 workers, 2 replicas in sync; this is worker 0" in chief
     assert "this is worker 1" in other
+    # The chief scans, learns the vocabulary and tokenizes; the other links its files.
+    assert "Tokenized 200 training pairs" in chief and "Built " in chief
+    assert "Linked the chief's tokens" in other
+    assert "Tokenized" not in other and "Built " not in other
     # Both count the chief's seconds: they stop after the same step, the
     # budget's, long before the epochs' 2,000 steps, with the same weights.
     stops = [re.findall(r"Time budget of 12 s reached at step (\d+)", log) for log in outputs]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -156,6 +158,48 @@ def chief_clock(strategy: tf.distribute.Strategy):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     return lambda seconds: float(chiefs(tf.constant(seconds, tf.float64)))
+
+
+def wait_for_each_other(strategy: tf.distribute.Strategy) -> None:
+    """Returns once every worker of a multi-worker run has called it (at once
+    elsewhere): a collective sum of nothing. The chief calls it when its data
+    are ready, the other workers before they read them (`link_chief_data`)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+
+    @tf.function
+    def meet():
+        nothing = strategy.run(lambda: tf.constant(0.0))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, nothing, axis=None)
+
+    meet()
+
+
+def link_chief_data(run_dir: Path, write_dir: Path, names) -> bool:
+    """Hard-links the chief's data folders `names` of `run_dir` (its scan and
+    token files) into this worker's `write_dir`, so that the worker opens them
+    as a resumed run would, instead of scanning, learning the vocabulary and
+    tokenizing the corpus again. The files are only read: every writer of
+    those folders replaces a file rather than writing into it.
+
+    Returns:
+        False when the chief's folders cannot be seen or linked from here
+        (workers on other machines without a shared file system): this
+        worker then makes its own.
+    """
+    try:
+        for name in names:
+            source, target = Path(run_dir) / name, Path(write_dir) / name
+            if not source.is_dir():
+                return False
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(source, target, copy_function=os.link)
+    except OSError as error:
+        logger.info("The chief's %s cannot be linked here (%s): this worker makes its own.",
+                    run_dir, error)
+        return False
+    logger.info("Linked the chief's %s from %s.", " and ".join(names), run_dir)
+    return True
 
 
 def worker_name(strategy: tf.distribute.Strategy) -> str:

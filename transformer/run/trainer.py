@@ -52,7 +52,14 @@ from transformer.run.callbacks import (
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
 from transformer.run.config import RunConfig
 from transformer.run.config_format import check_resumable, read_config, resumed_with, write_config
-from transformer.run.distribute import chief_clock, is_chief, make_strategy, worker_name
+from transformer.run.distribute import (
+    chief_clock,
+    is_chief,
+    link_chief_data,
+    make_strategy,
+    wait_for_each_other,
+    worker_name,
+)
 from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
@@ -306,9 +313,15 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
     A TSV corpus is streamed: one pass scans it (splits, sample, fingerprint)
     and one tokenizes its training pairs into `tokens/`, both recorded there,
     so that a resumed run opens them instead (`transformer.data.streamed`,
-    `transformer.run.token_files`).
+    `transformer.run.token_files`). In a multi-worker run the chief does this
+    first; the other workers then link its files and open them, where they
+    share its file system.
     """
     tokens_dir = session.write_dir / rundir.TOKENS_DIR
+    from_chief = False
+    if not session.chief:
+        wait_for_each_other(session.strategy)  # until the chief's data are ready
+        from_chief = link_chief_data(session.run_dir, session.write_dir, [rundir.TOKENS_DIR])
     corpus = training_corpus(config, record_dir=tokens_dir)
     logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                 len(corpus.train), len(corpus.valid), len(corpus.test))
@@ -317,7 +330,7 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
         check_data_unchanged(session.run_dir, session.saved_fingerprint,
                              fingerprint)  # or a one-line refusal
     session.write_dir.mkdir(parents=True, exist_ok=True)  # only once the data is readable
-    tokenizers = _tokenizers(session, config, corpus)
+    tokenizers = _tokenizers(session, config, corpus, from_chief)
     max_tokens = config.resolved_max_tokens
     train_tokens = training_tokens(tokens_dir, corpus.train, tokenizers, max_tokens, fingerprint)
     valid_batches = None
@@ -325,6 +338,8 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
         valid_batches = batches_from_tokens(
             valid_tokens, config.batch_size, shuffle=False).with_options(sharding_options())
+    if session.chief:
+        wait_for_each_other(session.strategy)  # the other workers may read them now
     return _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -503,10 +518,11 @@ def _export(run_dir: Path) -> Path | None:
 # --------------------------------------------------------------------------
 
 
-def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus):
-    """The saved tokenizers when resuming, else new ones (saved by the chief)."""
+def _tokenizers(session: _Session, config: RunConfig, corpus: Corpus, from_chief=False):
+    """The saved tokenizers when resuming (or `from_chief`, the chief's of this
+    run), else new ones (saved by the chief)."""
     tokenizers_dir = session.run_dir / rundir.TOKENIZERS_DIR
-    if session.resuming and tokenizers_dir.is_dir():
+    if (session.resuming or from_chief) and tokenizers_dir.is_dir():
         return load_tokenizers(tokenizers_dir)
     if config.init_from:  # the parent's vocabulary, copied into this run
         parent_dir = Path(config.init_from) / rundir.TOKENIZERS_DIR
