@@ -8,7 +8,8 @@ outputs; JAX and PyTorch (at once, one process each) load those weights,
 check the outputs to 1e-5, write their own, and train a tiny Transformer with
 `model.fit`; then the TensorFlow process loads theirs and checks theirs. A
 backend whose package is not installed is skipped, saying so
-(`pip install -r requirements-dev.txt` installs both).
+(`pip install -r requirements-dev.txt` installs both). Marked `slow`: the
+fast suite (`-m "not slow"`) leaves it out, CI and the full suite run it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "backend_layers.py"
 OTHERS = ("jax", "torch")
 TIMEOUT = 300
+# Three processes, each importing Keras and TensorFlow: 50 to 70 s on two busy cores.
+pytestmark = pytest.mark.slow
 
 
 def _start(backend: str, log: Path, *args: str) -> subprocess.Popen:
