@@ -23,9 +23,12 @@ JSON summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -249,6 +252,20 @@ def refusals():
         seams.token_losses(None, None, 0.0)
     except seams.BackendError:
         refused.append("seams.token_losses")
+    from transformer.translate import Translator
+
+    try:
+        Translator.from_run("no-such-run")  # refused before the run is looked for
+    except seams.BackendError:
+        refused.append("Translator.from_run")
+    from transformer.cli import train as train_cli
+
+    with tempfile.TemporaryDirectory() as folder, \
+            contextlib.redirect_stderr(io.StringIO()) as stderr:
+        status = train_cli.main(["--epochs", "1", "--output-dir", folder + "/run"])
+    lines = stderr.getvalue().strip().splitlines()
+    if status == 1 and len(lines) == 1 and "KERAS_BACKEND=tensorflow" in lines[0]:
+        refused.append("train.py")
     return refused
 
 

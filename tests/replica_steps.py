@@ -77,7 +77,7 @@ def main(argv=None):
     import tensorflow as tf
 
     from transformer.data.batching import TokenizedPairs, batches_from_tokens
-    from transformer.kernels.multiworker import multi_worker_fit_workaround
+    from transformer.kernels.multiworker import distributed_fit_workaround
     from transformer.kernels.optimizers import use_moving_average
     from transformer.model import build_model
     from transformer.model_config import TransformerConfig
@@ -128,7 +128,7 @@ def main(argv=None):
             losses.append(total - sum(losses))
             steps.append([keras.ops.convert_to_numpy(w) for w in model.trainable_weights])
 
-    with multi_worker_fit_workaround(model, strategy, tokenized):
+    with distributed_fit_workaround(model, strategy, tokenized):
         model.fit(
             dataset,
             epochs=1,

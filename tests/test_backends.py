@@ -106,7 +106,7 @@ def test_layers_match_tensorflow_and_fit(runs, backend):
     assert len(losses) == 5 and losses[-1] < losses[0]
     # The TensorFlow-only parts refuse with one line instead of failing deep inside.
     assert summary["refused"] == ["masked_loss", "CustomSchedule", "Translator",
-                                  "seams.token_losses"]
+                                  "seams.token_losses", "Translator.from_run", "train.py"]
 
 
 @pytest.mark.parametrize("backend", OTHERS)

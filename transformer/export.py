@@ -22,6 +22,7 @@ from transformer.decoding import (
     load_run,
     translate_batch,
 )
+from transformer.seams import require_tensorflow
 from transformer.search import setting_specs, setting_tensors
 from transformer.strategies import check_strategy, registered, run_strategy
 
@@ -133,6 +134,7 @@ def export_translator(translator_or_run_dir, export_dir=None, search=None):
     Returns:
         The export directory, as a `Path`.
     """
+    require_tensorflow("The SavedModel export")
     if hasattr(translator_or_run_dir, "transformer"):  # a Translator
         translator = translator_or_run_dir
         if export_dir is None:

@@ -17,7 +17,7 @@ called without one); the layers built meanwhile keep their classes.
 
 The run (`transformer.run`, `transformer.cli`) takes the kernels' other
 services from here too: the moving average of the weights, the
-learning-rate schedule inside an optimizer and the multi-worker `fit`
+learning-rate schedule inside an optimizer and the distributed `fit`
 workaround. No module outside `transformer.kernels` and this one
 imports a kernel (tests/test_public_api_only.py).
 
@@ -45,10 +45,10 @@ if KERNELS:
 
     from transformer.kernels import fast_ops, multiworker, optimizers
 
-__all__ = ["BackendError", "Dropout", "LayerNormalization", "adam", "keeps_moving_average",
-           "learning_rate_schedule", "matmul_transposed", "multi_worker_fit_workaround",
-           "require_tensorflow", "swap_moving_average", "token_losses", "use_keras_layers",
-           "use_moving_average"]
+__all__ = ["BackendError", "Dropout", "LayerNormalization", "adam",
+           "distributed_fit_workaround", "keeps_moving_average", "learning_rate_schedule",
+           "matmul_transposed", "require_tensorflow", "swap_moving_average", "token_losses",
+           "use_keras_layers", "use_moving_average"]
 
 
 class BackendError(RuntimeError, ValueError):
@@ -101,7 +101,7 @@ if KERNELS:
     # The run's services (transformer.run).
     keeps_moving_average = optimizers.keeps_moving_average
     learning_rate_schedule = optimizers.learning_rate_schedule
-    multi_worker_fit_workaround = multiworker.multi_worker_fit_workaround
+    distributed_fit_workaround = multiworker.distributed_fit_workaround
     swap_moving_average = optimizers.swap_moving_average
     use_moving_average = optimizers.use_moving_average
 else:
@@ -110,7 +110,7 @@ else:
     token_losses = _refusing("token_losses", "transformer.training")
     keeps_moving_average = _refusing("keeps_moving_average", "transformer.run")
     learning_rate_schedule = _refusing("learning_rate_schedule", "transformer.run")
-    multi_worker_fit_workaround = _refusing("multi_worker_fit_workaround", "transformer.run")
+    distributed_fit_workaround = _refusing("distributed_fit_workaround", "transformer.run")
     swap_moving_average = _refusing("swap_moving_average", "transformer.run")
     use_moving_average = _refusing("use_moving_average", "transformer.run")
 

@@ -44,6 +44,7 @@ from transformer.decoding import (
     tokenize_and_trim,
 )
 from transformer.export import export_translator
+from transformer.seams import require_tensorflow
 from transformer.search import length_penalty, setting_tensors
 from transformer.strategies import (
     Beam,
@@ -55,6 +56,9 @@ from transformer.strategies import (
 )
 
 logger = logging.getLogger(__name__)
+
+# What needs the TensorFlow backend here, for `require_tensorflow`'s message.
+_TENSORFLOW_ONLY = "The Translator (translate.py, transformer-serve)"
 
 __all__ = ["Beam", "Greedy", "Sample", "Translation", "Translator", "export_translator"]
 
@@ -226,6 +230,7 @@ class Translator:
     def __init__(self, tokenizers, transformer, max_length=DEFAULT_MAX_OUTPUT_LENGTH,
                  extra_length=DEFAULT_EXTRA_LENGTH, *,
                  search=Greedy()):  # noqa: B008 - a frozen object, safe to share
+        require_tensorflow(_TENSORFLOW_ONLY)
         for side in ("source", "target"):
             if not hasattr(tokenizers, side):
                 raise ValueError(
@@ -273,6 +278,7 @@ class Translator:
             transformer.rundir.RunDirError: a one-line message naming what is
                 missing or unreadable.
         """
+        require_tensorflow(_TENSORFLOW_ONLY)
         tokenizers, model = load_run(run_dir)
         if "search" not in kwargs:
             kwargs["search"] = run_strategy(run_dir)

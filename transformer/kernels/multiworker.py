@@ -11,7 +11,7 @@ from transformer.data.batching import batches_from_tokens
 
 
 @contextlib.contextmanager
-def multi_worker_fit_workaround(model, strategy, tokenized):
+def distributed_fit_workaround(model, strategy, tokenized):
     """Lets `model.fit` run under `MirroredStrategy` and `MultiWorkerMirroredStrategy`
     (Keras 3.15).
 

@@ -18,7 +18,7 @@ from transformer.data.batching import (
     budget_batches_from_tokens,
     fixed_batches_from_tokens,
 )
-from transformer.seams import multi_worker_fit_workaround
+from transformer.seams import distributed_fit_workaround
 
 __all__ = ["Fitter", "create_metric_variables", "fit_calls", "sharding_options", "train_stream"]
 
@@ -102,7 +102,7 @@ class Fitter:
         """Epochs `first_epoch` to `last_epoch` (excluded) of `steps` steps over
         `tokens`' stream, from `start_step`."""
         stream = train_stream(tokens, *self.batches, start_step)
-        with multi_worker_fit_workaround(self.model, self.strategy, tokens):
+        with distributed_fit_workaround(self.model, self.strategy, tokens):
             if not self._metric_variables_created:  # once, even when a resume fits twice
                 create_metric_variables(self.model, stream)
                 self._metric_variables_created = True

@@ -65,7 +65,7 @@ from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, d
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
 from transformer.run.token_files import training_tokens
-from transformer.seams import learning_rate_schedule
+from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 from transformer.translate import export_translator
 
@@ -168,6 +168,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     result.evaluation.exact_match, result.evaluation.bleu
     ```
     """
+    require_tensorflow("train.py (transformer.run.train)")
     started = time.perf_counter()
     session, choices = _prepare(config, resume, started)
     previous_policy = keras.mixed_precision.global_policy()
