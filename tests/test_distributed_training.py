@@ -22,6 +22,8 @@ TIMEOUT = 300
 # Three SGD steps of learning rate 1 on float32: observed differences are
 # about 2e-7; a loss counted twice moves weights by 1e-2 or more.
 ATOL = 1e-5
+# Batches of three pairs of very different lengths (tests/replica_steps.py).
+UNEVEN = ("--lengths", "unequal", "--batch", "3")
 
 
 def replica_steps_command(strategy, out, *options):
@@ -86,34 +88,46 @@ def test_mirrored_on_two_cpus_trains_as_one_device(one_device, tmp_path):
     assert_same_training(one_device, out)
 
 
+@pytest.fixture(scope="module")
+def one_device_uneven(tmp_path_factory):
+    """The reference of uneven splits: batches of three pairs of very different
+    lengths on one device (two replicas hold two pairs and one, as they do with
+    token-budget batches of an odd number of pairs)."""
+    out = tmp_path_factory.mktemp("one_device_uneven") / "weights.npz"
+    finish(start("default", out, *UNEVEN))
+    return out
+
+
+def assert_same_weights(reference_path, distributed_path):
+    # Only the weights: Keras weights each replica's reported loss by its
+    # pairs, so the logged loss of an uneven step is not the mean over its
+    # tokens (the gradient is).
+    reference_losses, reference = load(reference_path)
+    _, weights = load(distributed_path)
+    assert len(reference_losses) == 3 and len(weights) == len(reference) > 10
+    for index, (got, want) in enumerate(zip(weights, reference, strict=True)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"weight {index}")
+
+
 @pytest.mark.slow
-def test_two_workers_train_as_one_device(one_device, tmp_path):
+def test_two_workers_train_as_one_device_on_uneven_splits(one_device_uneven, tmp_path):
     out = tmp_path / "workers.npz"
-    results = run_workers(replica_steps_command("multi-worker", out), count=2, timeout=TIMEOUT)
+    results = run_workers(replica_steps_command("multi-worker", out, *UNEVEN), count=2,
+                          timeout=TIMEOUT)
     for code, stdout, stderr in results:
         assert code == 0, stderr[-3000:]
         assert "replicas 2;" in stdout
-    assert_same_training(one_device, out)
+    assert_same_weights(one_device_uneven, out)
 
 
 @pytest.mark.slow
-def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_tokens_and_pairs(tmp_path):
+def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_tokens_and_pairs(
+        one_device_uneven, tmp_path):
     # The loss divides by the global batch's real tokens (all-reduced), not by
-    # each replica's own: a mean of per-replica means would fail here. Batches
-    # of three pairs split two and one, as token-budget batches of an odd
-    # number of pairs do. Only the weights are compared: Keras weights each
-    # replica's reported loss by its pairs, so the logged loss of such a step
-    # is not the mean over its tokens (the gradient is).
-    options = ("--lengths", "unequal", "--batch", "3")
-    reference = start("default", tmp_path / "one.npz", *options)
-    mirrored = start("mirrored", tmp_path / "two.npz", "--cpu-devices", "2", *options)
-    finish(reference)
-    finish(mirrored)
-    reference_losses, reference_weights = load(tmp_path / "one.npz")
-    _, weights = load(tmp_path / "two.npz")
-    assert len(reference_losses) == 3 and len(weights) == len(reference_weights) > 10
-    for index, (got, want) in enumerate(zip(weights, reference_weights, strict=True)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"weight {index}")
+    # each replica's own: a mean of per-replica means would fail here.
+    out = tmp_path / "two.npz"
+    finish(start("mirrored", out, "--cpu-devices", "2", *UNEVEN))
+    assert_same_weights(one_device_uneven, out)
 
 
 # ------------------------------------------- the optimizer of a run, with its average

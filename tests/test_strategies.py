@@ -158,6 +158,17 @@ def test_static_fields_key_the_compiled_pipeline_and_settings_do_not():
     assert Grouped(size=5, groups=2).pipeline_key() == Grouped(size=4, groups=2).pipeline_key()
 
 
+def test_a_plain_class_is_keyed_by_its_attributes_and_a_list_is_refused():
+    class Penalized(Greedy):  # not a dataclass: its attributes are its fields
+        def __init__(self, penalty, words=()):
+            self.penalty, self.words = penalty, words
+
+    assert Penalized(1.5).pipeline_key() != Penalized(3.0).pipeline_key()
+    assert Penalized(1.5).pipeline_key() == Penalized(1.5).pipeline_key()
+    with pytest.raises(ValueError, match="must be hashable"):
+        Penalized(1.5, words=["a"]).pipeline_key()
+
+
 def test_an_engine_that_cannot_run_a_strategy_says_so_in_one_line():
     class Unsupported(Greedy):
         def ctranslate2_options(self):

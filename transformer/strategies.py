@@ -176,11 +176,21 @@ class Strategy(abc.ABC):
 
     def pipeline_key(self) -> tuple:
         """What a compiled pipeline of this strategy is cached by: its class and
-        the values of its dataclass fields that are not `SETTINGS` (static)."""
+        the values of its fields (a dataclass's, and its attributes) that are
+        not `SETTINGS`, which the pipeline holds as constants. Those values must
+        be hashable (a tuple, not a list)."""
         dynamic = {name for name, _ in self.SETTINGS}
-        fields = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
-        return (type(self), *((f.name, getattr(self, f.name)) for f in fields
-                              if f.name not in dynamic))
+        values = ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+                  if dataclasses.is_dataclass(self) else {})
+        values.update(getattr(self, "__dict__", {}))  # and a plain subclass's attributes
+        key = (type(self), *sorted((name, value) for name, value in values.items()
+                                   if name not in dynamic))
+        try:
+            hash(key)
+        except TypeError as err:
+            raise ValueError(f"{self!r}: the fields that are not SETTINGS key its compiled "
+                             f"pipeline and must be hashable ({err}).") from None
+        return key
 
     @property
     def rows_per_sentence(self) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -276,8 +277,10 @@ def _read_record(record_dir, settings: dict) -> dict | None:
 def _write_record(record_dir, settings: dict, corpus: Corpus) -> None:
     record_dir = Path(record_dir)
     record_dir.mkdir(parents=True, exist_ok=True)
-    for split, name in _HELD_OUT_FILES.items():
-        write_tsv(getattr(corpus, split), record_dir / name)
+    for split, name in _HELD_OUT_FILES.items():  # replaced, never written into: a
+        # worker of a multi-worker run may hold the chief's files as hard links
+        rundir.replace_atomically(record_dir / name,
+                                  functools.partial(write_tsv, getattr(corpus, split)))
     mask = corpus.train.mask
     if mask is not None:  # a bit a pair
         def write(path):

@@ -135,66 +135,100 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return False
 
 
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` spans several processes (`multi-worker`)."""
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def worker_sum(strategy: tf.distribute.Strategy):
+    """A function from this worker's float64 values to their sums over all the
+    workers, each worker counted once: a collective every worker must call at
+    the same point of its run, in the same order as the others."""
+    local_replicas = len(strategy.extended.worker_devices)
+
+    @tf.function
+    def total(values):
+        per_replica = strategy.run(lambda: values / local_replicas)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return lambda values: total(tf.constant(values, tf.float64)).numpy().tolist()
+
+
 def chief_clock(strategy: tf.distribute.Strategy):
     """What makes the workers of a multi-worker run count one time: a function
     from this worker's elapsed seconds to the chief's, or None where there is
     one process.
 
     Every worker calls it at the same points (after each step and epoch, from
-    `TrainingClock`), so its all-reduce lines up across them. Each worker
-    contributes its seconds if it is the chief and 0 otherwise; the sum is
-    the chief's seconds. Workers that kept their own clocks would stop at a
-    time budget after different steps (one validating while another steps)
-    and would give the learning-rate schedule different progress.
+    `TrainingClock`); only the chief contributes its seconds to the sum.
+    Workers that kept their own clocks would stop at a time budget after
+    different steps (one validating while another steps) and would give the
+    learning-rate schedule different progress.
     """
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    if not is_multi_worker(strategy):
         return None
-    # Each of the chief's replicas carries an equal part of its seconds.
-    part = (1.0 if is_chief(strategy) else 0.0) / len(strategy.extended.worker_devices)
-
-    @tf.function
-    def chiefs(seconds):
-        per_replica = strategy.run(lambda: seconds * part)
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-    return lambda seconds: float(chiefs(tf.constant(seconds, tf.float64)))
+    total, own = worker_sum(strategy), 1.0 if is_chief(strategy) else 0.0
+    return lambda seconds: total([seconds * own])[0]
 
 
-def wait_for_each_other(strategy: tf.distribute.Strategy) -> None:
-    """Returns once every worker of a multi-worker run has called it (at once
-    elsewhere): a collective sum of nothing. The chief calls it when its data
-    are ready, the other workers before they read them (`link_chief_data`)."""
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+def wait_for_each_other(strategy: tf.distribute.Strategy, failed: bool = False) -> int:
+    """Returns once every worker of a multi-worker run has called it: how many
+    of them called it `failed`. The chief calls it when its data are ready
+    (or could not be made), the other workers before they read them
+    (`link_chief_data`). One process: returns at once."""
+    if not is_multi_worker(strategy):
+        return 0
+    return round(worker_sum(strategy)([1.0 if failed else 0.0])[0])
+
+
+def check_same_data(strategy: tf.distribute.Strategy, digest: str) -> None:
+    """Raises a one-line ValueError unless every worker of a multi-worker run
+    holds the data (tokenizers and training pairs) of the same `digest`, a hex
+    string: a worker that made its own, or linked a stale run, would train on
+    other tokens. The sums of a 24-bit value and of its square agree with one
+    value held by all only when all hold it."""
+    if not is_multi_worker(strategy):
         return
+    value = float(int(digest[:6], 16))
+    workers, total, squares = (round(v) for v in worker_sum(strategy)([1.0, value, value**2]))
+    if workers * squares != total * total:
+        raise ValueError("The workers hold different data or vocabularies: each must see "
+                         "the same corpus and options, and none an older run's tokens/ at the "
+                         "run directory's path.")
 
-    @tf.function
-    def meet():
-        nothing = strategy.run(lambda: tf.constant(0.0))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, nothing, axis=None)
 
-    meet()
+def _link_or_copy(source, target):
+    """A hard link, or a copy across file systems (a temporary folder of its own)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def link_chief_data(run_dir: Path, write_dir: Path, names) -> bool:
     """Hard-links the chief's data folders `names` of `run_dir` (its scan and
-    token files) into this worker's `write_dir`, so that the worker opens them
-    as a resumed run would, instead of scanning, learning the vocabulary and
-    tokenizing the corpus again. The files are only read: every writer of
-    those folders replaces a file rather than writing into it.
+    token files) into this worker's `write_dir` (copies them across file
+    systems), so that the worker opens them as a resumed run would, instead
+    of scanning, learning the vocabulary and tokenizing the corpus again.
+    The files are only read: every writer of those folders replaces a file
+    rather than writing into it.
 
     Returns:
         False when the chief's folders cannot be seen or linked from here
         (workers on other machines without a shared file system): this
         worker then makes its own.
     """
+    targets = [Path(write_dir) / name for name in names]
     try:
-        for name in names:
-            source, target = Path(run_dir) / name, Path(write_dir) / name
+        for name, target in zip(names, targets, strict=True):
+            source = Path(run_dir) / name
             if not source.is_dir():
                 return False
             shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(source, target, copy_function=os.link)
+            shutil.copytree(source, target, copy_function=_link_or_copy)
     except OSError as error:
+        for target in targets:  # nothing half linked
+            shutil.rmtree(target, ignore_errors=True)
         logger.info("The chief's %s cannot be linked here (%s): this worker makes its own.",
                     run_dir, error)
         return False

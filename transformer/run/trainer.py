@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import logging
 import shutil
 import tempfile
@@ -53,6 +54,7 @@ from transformer.run.checkpoints import average_weights, open_checkpoints, resum
 from transformer.run.config import RunConfig
 from transformer.run.config_format import check_resumable, read_config, resumed_with, write_config
 from transformer.run.distribute import (
+    check_same_data,
     chief_clock,
     is_chief,
     link_chief_data,
@@ -64,7 +66,7 @@ from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
-from transformer.run.token_files import training_tokens
+from transformer.run.token_files import tokenizers_digest, training_tokens
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 from transformer.translate import export_translator
@@ -315,14 +317,32 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
     and one tokenizes its training pairs into `tokens/`, both recorded there,
     so that a resumed run opens them instead (`transformer.data.streamed`,
     `transformer.run.token_files`). In a multi-worker run the chief does this
-    first; the other workers then link its files and open them, where they
-    share its file system.
+    first; the other workers then link its files and open them where they
+    share its file system, and all check that they hold the same data.
     """
-    tokens_dir = session.write_dir / rundir.TOKENS_DIR
-    from_chief = False
-    if not session.chief:
-        wait_for_each_other(session.strategy)  # until the chief's data are ready
+    if session.chief:
+        try:
+            data = _make_data(session, config)
+        except BaseException:
+            wait_for_each_other(session.strategy, failed=True)  # the others stop too
+            raise
+        wait_for_each_other(session.strategy)  # the other workers may read them now
+    else:
+        if wait_for_each_other(session.strategy):  # until the chief's data are ready
+            raise TrainingError("The chief stopped while preparing the data; its log says why.")
         from_chief = link_chief_data(session.run_dir, session.write_dir, [rundir.TOKENS_DIR])
+        data = _make_data(session, config, from_chief)
+    check_same_data(session.strategy, hashlib.sha256(json.dumps(
+        [data.fingerprint, tokenizers_digest(data.tokenizers), len(data.train_tokens),
+         int(data.train_tokens.target.lengths.sum())], sort_keys=True,
+        default=str).encode()).hexdigest())
+    return data
+
+
+def _make_data(session: _Session, config: RunConfig, from_chief=False) -> _Data:
+    """`_load_data`'s work in this process (`from_chief`: with the chief's
+    `tokens/` linked into `session.write_dir` and its tokenizers)."""
+    tokens_dir = session.write_dir / rundir.TOKENS_DIR
     corpus = training_corpus(config, record_dir=tokens_dir)
     logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                 len(corpus.train), len(corpus.valid), len(corpus.test))
@@ -339,8 +359,6 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
         valid_batches = batches_from_tokens(
             valid_tokens, config.batch_size, shuffle=False).with_options(sharding_options())
-    if session.chief:
-        wait_for_each_other(session.strategy)  # the other workers may read them now
     return _Data(
         corpus=corpus,
         fingerprint=fingerprint,
@@ -413,7 +431,7 @@ def _build_model(session: _Session, config: RunConfig, data: _Data) -> _ModelSta
         logger.info("Resuming %s at step %d (epoch %d, batch %d).", run_dir, initial_step,
                     epoch + 1, batch)
     clock = TrainingClock(train_seconds, config.time_budget, schedule if ends else None,
-                          agree=chief_clock(session.strategy))
+                          agree=chief_clock(session.strategy) if config.time_budget else None)
     return _ModelState(model=model, checkpoint=checkpoint, checkpoint_manager=manager,
                        initial_step=initial_step, clock=clock)
 
