@@ -50,24 +50,33 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _run_workers(options: list[str], cores: int) -> dict:
-    """`cores` multi-worker processes, worker i on core i; the chief's record."""
+def _run_workers(options: list[str], cores: int, logs: Path) -> dict:
+    """`cores` multi-worker processes, worker i on core i; the chief's record.
+    The other workers' output goes to `logs`/worker_i.log; if the chief fails,
+    they are stopped."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(cores)]}
 
     def tf_config(index):
         return {"TF_CONFIG": json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": index}})}
 
-    others = [subprocess.Popen(
-        pinned([sys.executable, str(REPO / "train.py"), *options], index),
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, **tf_config(index)}) for index in range(1, cores)]
+    logs.mkdir(parents=True, exist_ok=True)
+    others = []
+    for index in range(1, cores):
+        with open(logs / f"worker_{index}.log", "w") as log:
+            others.append(subprocess.Popen(
+                pinned([sys.executable, str(REPO / "train.py"), *options], index),
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **tf_config(index)}))
     try:
         chief = run_train(options, 0, env=tf_config(0))
-    finally:
+    except BaseException:
         for process in others:
-            if process.wait(timeout=600):
-                raise BenchError(f"worker {others.index(process) + 1} failed")
+            process.kill()
+        raise
+    for index, process in enumerate(others, start=1):
+        if process.wait(timeout=600):
+            raise BenchError(f"worker {index} failed: see {logs / f'worker_{index}.log'}")
     return chief
 
 
@@ -100,7 +109,8 @@ def main(argv=None) -> int:
                 record = run_train([*options, "--strategy", "mirrored", "--cpu-devices",
                                     str(args.cores)], all_cores)
             else:
-                record = _run_workers([*options, "--strategy", "multi-worker"], args.cores)
+                record = _run_workers([*options, "--strategy", "multi-worker"], args.cores,
+                                      args.work / "logs")
             record["batch_tokens"] = json.loads((run / "config.json").read_text())["batch_tokens"]
             results[setup] = record
             print(setup, json.dumps({k: record[k] for k in (

@@ -325,3 +325,10 @@ def test_a_strategy_ctranslate2_cannot_run_is_refused_before_converting(run_copy
     assert status == 2 and out == []
     assert "NoEngine() cannot run on CTranslate2; translate with the TensorFlow engine." \
         in err[-1]
+    # A server on CTranslate2 answers such a request 400, saying why.
+    from transformer.serve import RequestError, request_search
+
+    with pytest.raises(RequestError) as refused:
+        request_search({"search": "test_no_ctranslate2"}, run_copy, "ctranslate2")
+    assert refused.value.status == 400 and "cannot run on CTranslate2" in str(refused.value)
+    assert type(request_search({"search": "test_no_ctranslate2"}, run_copy)) is NoEngine

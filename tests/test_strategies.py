@@ -186,3 +186,30 @@ def test_the_built_in_strategies_declare_their_savedmodel_functions():
     assert [setting for _, setting in Sample.SAVED_MODEL.inputs] == [
         name for name, _ in Sample.SETTINGS]
     assert Strategy.SAVED_MODEL is None and strategies.Strategy.NAME is None
+
+
+def test_strategy_module_lets_the_command_lines_name_a_users_strategy(
+        tmp_path, monkeypatch, capsys):
+    from transformer.cli import serve as serve_cli
+    from transformer.cli import translate as translate_cli
+
+    (tmp_path / "users_strategies.py").write_text(
+        "import dataclasses\n"
+        "from transformer.strategies import Greedy\n\n"
+        "@dataclasses.dataclass(frozen=True)\n"
+        "class Thrifty(Greedy, name='users_thrifty'):\n"
+        "    patience: int = 2\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit):  # not imported: an unknown name
+        translate_cli.parse_args(["--run", ".", "--search", "users_thrifty", "o gato"])
+    capsys.readouterr()
+    args = translate_cli.parse_args(["--run", ".", "--strategy-module", "users_strategies",
+                                     "--search", "users_thrifty", "--setting", "patience=3",
+                                     "o gato"])
+    search = translate_cli.search_strategy(args)
+    assert type(search).__name__ == "Thrifty" and search.patience == 3
+    assert "--strategy-module" in serve_cli.build_parser().format_help()
+    with pytest.raises(SystemExit):
+        translate_cli.parse_args(["--run", ".", "--strategy-module", "no_such_module_here",
+                                  "o gato"])
+    assert "--strategy-module no_such_module_here: ModuleNotFoundError" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from transformer.decoding import (
 )
 from transformer.seams import require_tensorflow
 from transformer.search import setting_specs, setting_tensors
-from transformer.strategies import check_strategy, registered, run_strategy
+from transformer.strategies import Strategy, check_strategy, registered, run_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class _ExportedTranslator(tf.Module):
     - `__call__(sentences)`: the export's strategy (`search` of
       `export_translator`) with the default `max_length`;
     - one function per strategy that declares one (`Strategy.SAVED_MODEL`):
-      the registered strategies' and the export's own, e.g.
+      the package's strategies' and the export's own, e.g.
       `greedy(sentences, max_length)`, `translate(sentences, max_length,
       beam_size, alpha)` (beam search; a beam of 1 gives greedy decoding's
       tokens) and `sample(sentences, max_length, seed, temperature, top_k,
@@ -61,7 +61,10 @@ class _ExportedTranslator(tf.Module):
         self._extra_length = int(transformer.config.max_length if extra_length is None
                                  else extra_length)
         self._search = search
-        kinds = dict.fromkeys([*registered().values(), type(search)])
+        # The package's strategies and the export's own: what the SavedModel
+        # holds does not depend on what else the exporting process imported.
+        kinds = dict.fromkeys([*(kind for kind in registered().values()
+                                 if kind.__module__ == Strategy.__module__), type(search)])
         for kind in kinds:
             if kind.SAVED_MODEL is not None:
                 self._add_function(kind)

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from transformer import seams
 from transformer._validation import check_positive_int
 from transformer.constants import DEFAULT_MAX_LENGTH
 
@@ -134,19 +135,10 @@ class PositionalEmbedding(keras.layers.Layer):
                     "input or build the model with a larger `max_length`."
                 )
             return contextlib.nullcontext()
-        if keras.backend.backend() != "tensorflow":
-            return contextlib.nullcontext()  # a traced JAX position: nothing to assert with
-        import tensorflow as tf  # only a TensorFlow graph gets here
-
-        check = tf.debugging.assert_less_equal(
-            tf.cast(start_position, tf.int32) + tf.cast(seq_len, tf.int32),
-            tf.constant(self.max_length, tf.int32),
-            message=(
-                "Received an input longer than `max_length`="
-                f"{self.max_length} of the positional embedding"
-            ),
-        )
-        return tf.control_dependencies([check])
+        return seams.length_checked(
+            ops.cast(start_position, "int32") + ops.cast(seq_len, "int32"), self.max_length,
+            f"Received an input longer than `max_length`={self.max_length} of the positional "
+            "embedding")
 
     def call(self, x, start_position=0):
         seq_len = ops.shape(x)[1]  # an int, or under TensorFlow a tensor when unknown

@@ -47,8 +47,8 @@ if KERNELS:
 
 __all__ = ["BackendError", "Dropout", "LayerNormalization", "adam",
            "distributed_fit_workaround", "keeps_moving_average", "learning_rate_schedule",
-           "matmul_transposed", "require_tensorflow", "swap_moving_average", "token_losses",
-           "use_keras_layers", "use_moving_average"]
+           "length_checked", "matmul_transposed", "require_tensorflow", "swap_moving_average",
+           "token_losses", "use_keras_layers", "use_moving_average"]
 
 
 class BackendError(RuntimeError, ValueError):
@@ -83,6 +83,16 @@ def _tensorflow_matmul_transposed(a, b):
     return tf.matmul(a, b, transpose_b=True)
 
 
+def _tensorflow_length_checked(length, limit: int, message: str):
+    check = tf.debugging.assert_less_equal(tf.cast(length, tf.int32),
+                                           tf.constant(limit, tf.int32), message=message)
+    return tf.control_dependencies([check])
+
+
+def _keras_length_checked(length, limit: int, message: str):
+    return contextlib.nullcontext()  # a traced JAX or PyTorch length: nothing to assert with
+
+
 def _keras_matmul_transposed(a, b):
     return ops.matmul(a, ops.swapaxes(b, -1, -2))
 
@@ -96,6 +106,9 @@ if KERNELS:
     # optimizer leaves in place, with its gradient (in a float32 benchmark of
     # attention's logits and their gradient on a 2-core Xeon, a tenth longer).
     matmul_transposed = _tensorflow_matmul_transposed
+    # A context whose ops run after a graph's check that `length <= limit`
+    # (a length known only when the graph runs), failing with `message`.
+    length_checked = _tensorflow_length_checked
     # `transformer.training.token_losses`' math with its gradient written out.
     token_losses = fast_ops.softmax_cross_entropy
     # The run's services (transformer.run).
@@ -107,6 +120,7 @@ if KERNELS:
 else:
     Dropout, LayerNormalization = keras.layers.Dropout, keras.layers.LayerNormalization
     matmul_transposed = _keras_matmul_transposed
+    length_checked = _keras_length_checked
     token_losses = _refusing("token_losses", "transformer.training")
     keeps_moving_average = _refusing("keeps_moving_average", "transformer.run")
     learning_rate_schedule = _refusing("learning_rate_schedule", "transformer.run")

@@ -127,13 +127,16 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], dict]:
     return sentences, options
 
 
-def request_search(options: dict, run_dir):
+def request_search(options: dict, run_dir, engine="tensorflow"):
     """The search strategy of a request's options, as translate.py makes it of its
     own (`transformer.cli.translate.search_strategy`); 400 for options that do not go
-    together or are out of range."""
+    together or are out of range, or a strategy `engine` cannot run."""
     settings = {name: options.get(name) for name in OPTIONS}
     try:  # "search" names a registered strategy, as translate.py's --search does
-        return search_strategy(argparse.Namespace(**settings, setting=()), run_dir)
+        search = search_strategy(argparse.Namespace(**settings, setting=()), run_dir)
+        if engine == "ctranslate2":
+            search.ctranslate2_options()  # NotSupportedError, a ValueError
+        return search
     except ValueError as err:
         message = str(err).replace("--n-best", "n_best").replace("--", "")
         raise RequestError(400, message) from None
@@ -325,7 +328,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raise RequestError(413, f"the body has {length} bytes: at most "
                                         f"{app.limits.max_body}")
             sentences, options = parse_request(self.rfile.read(int(length)), app.limits)
-            search = request_search(options, app.run_dir)
+            search = request_search(options, app.run_dir, app.engine_name)
             try:
                 future = app.batcher.submit(sentences, search, options.get("max_length"))
             except Busy as err:

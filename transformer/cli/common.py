@@ -9,6 +9,7 @@ library only: importing it does not import TensorFlow.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import math
 import os
@@ -313,3 +314,23 @@ def hide_native_stderr() -> Callable[[], None]:
         stream.close()
 
     return restore
+
+
+def add_strategy_module_argument(parser: argparse.ArgumentParser) -> None:
+    """`--strategy-module MODULE`: the modules whose search strategies `--search
+    NAME` (or a served request's "search") may name, imported by
+    `import_strategy_modules`."""
+    parser.add_argument("--strategy-module", action="append", default=[], metavar="MODULE",
+                        help="import MODULE (on PYTHONPATH) first, so that the search "
+                             "strategies it defines can be chosen by name; may be repeated")
+
+
+def import_strategy_modules(parser: argparse.ArgumentParser, modules) -> None:
+    """Imports `modules` (`--strategy-module`): a strategy class registers its
+    name when its module is imported. A module that fails to import is a
+    usage error naming it."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # noqa: BLE001 - any failure of the user's module
+            parser.error(f"--strategy-module {module}: {type(err).__name__}: {err}")

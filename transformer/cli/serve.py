@@ -15,7 +15,14 @@ import argparse
 import sys
 
 from transformer import rundir
-from transformer.cli.common import OneLineErrorParser, log_progress, positive_int, report_error
+from transformer.cli.common import (
+    OneLineErrorParser,
+    add_strategy_module_argument,
+    import_strategy_modules,
+    log_progress,
+    positive_int,
+    report_error,
+)
 from transformer.serve import App, Batcher, Limits, load_engine, make_server, serve
 
 PROG = "transformer-serve"
@@ -51,11 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-waiting", type=positive_int, default=limits.max_waiting,
                         metavar="N", help="requests waiting for the decoder; more get a 429 "
                         f"(default: {limits.max_waiting})")
+    add_strategy_module_argument(parser)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    import_strategy_modules(parser, args.strategy_module)
     if args.quantization is not None and args.engine != "ctranslate2":
         print(f"{PROG}: error: --quantization is for --engine ctranslate2", file=sys.stderr)
         return 2

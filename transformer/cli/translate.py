@@ -49,7 +49,9 @@ from pathlib import Path
 
 from transformer.cli.common import (
     OneLineErrorParser,
+    add_strategy_module_argument,
     hide_native_stderr,
+    import_strategy_modules,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -127,7 +129,9 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", action="store_true",
                         help="keep TensorFlow's own start-up and device messages on "
                              "standard error (hidden by default)")
+    add_strategy_module_argument(parser)
     args = parser.parse_args(argv)
+    import_strategy_modules(parser, args.strategy_module)
     if args.layer is not None and args.plot is None:
         parser.error("--layer chooses what --plot draws; add --plot FILE.png")
     if args.quantization is not None and args.engine != "ctranslate2":
@@ -159,7 +163,7 @@ def _add_search_arguments(parser):
     )
     group.add_argument("--search", default=None, metavar="NAME",
                        help="a registered search strategy (transformer.strategies.registered(): "
-                            f"{', '.join(registered())}, and any a user's module registers)")
+                            f"{', '.join(registered())}, and those of --strategy-module)")
     group.add_argument("--setting", action="append", default=[], metavar="FIELD=VALUE",
                        help="with --search: set a field of the strategy (a number, None, "
                             "True, False or a word); may be repeated")
@@ -364,7 +368,6 @@ def _read_sentences(args):
 
 def _ctranslate2_results(args, sentences, search):
     """`--engine ctranslate2`: the run's CTranslate2 export (converted once), translated."""
-    search.ctranslate2_options()  # a strategy CTranslate2 cannot run, before converting
     model_dir = ctranslate2_model(args.run, args.quantization or "float32")
     translator = CTranslate2Translator(model_dir)
     return translator.translate(
