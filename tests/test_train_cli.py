@@ -214,7 +214,7 @@ runpy.run_path("train.py", run_name="__main__")
 def test_multi_worker_two_processes_stop_at_one_budget_with_the_same_weights(data_args, tmp_path):
     out = tmp_path / "run"
     args = [sys.executable, "-c", SKEWED_CLOCK, *TINY, *data_args, "--epochs", "400",
-            "--time-budget", "12s", "--no-export", "--strategy", "multi-worker",
+            "--time-budget", "6s", "--no-export", "--strategy", "multi-worker",
             "--output-dir", str(out)]
     # run_workers picks free ports and relaunches on new ones if another
     # process took a port before a worker bound it (see worker_helpers.free_ports).
@@ -231,7 +231,7 @@ def test_multi_worker_two_processes_stop_at_one_budget_with_the_same_weights(dat
     assert "Tokenized" not in other and "Built " not in other
     # Both count the chief's seconds: they stop after the same step, the
     # budget's, long before the epochs' 2,000 steps, with the same weights.
-    stops = [re.findall(r"Time budget of 12 s reached at step (\d+)", log) for log in outputs]
+    stops = [re.findall(r"Time budget of 6 s reached at step (\d+)", log) for log in outputs]
     assert stops[0] == stops[1] and len(stops[0]) == 1, stops
     assert weights_digest(chief) == weights_digest(other)
     assert 0 < weights_digest(chief)[0] < 2000
