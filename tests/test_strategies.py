@@ -193,7 +193,8 @@ def test_strategy_module_lets_the_command_lines_name_a_users_strategy(
     from transformer.cli import serve as serve_cli
     from transformer.cli import translate as translate_cli
 
-    (tmp_path / "users_strategies.py").write_text(
+    module = "users_strategies"  # a module of the user's, made here
+    (tmp_path / f"{module}.py").write_text(
         "import dataclasses\n"
         "from transformer.strategies import Greedy\n\n"
         "@dataclasses.dataclass(frozen=True)\n"
@@ -203,7 +204,7 @@ def test_strategy_module_lets_the_command_lines_name_a_users_strategy(
     with pytest.raises(SystemExit):  # not imported: an unknown name
         translate_cli.parse_args(["--run", ".", "--search", "users_thrifty", "o gato"])
     capsys.readouterr()
-    args = translate_cli.parse_args(["--run", ".", "--strategy-module", "users_strategies",
+    args = translate_cli.parse_args(["--run", ".", "--strategy-module", module,
                                      "--search", "users_thrifty", "--setting", "patience=3",
                                      "o gato"])
     search = translate_cli.search_strategy(args)
