@@ -100,13 +100,37 @@ class TransformerConfig:
 
 
 PRESETS: dict[str, TransformerConfig] = {
-    # The base configuration of the TensorFlow tutorial.
-    "tutorial": TransformerConfig(
-        num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
-    ),
     # Small enough to learn the toy corpus quickly on a laptop CPU
     # with train.py's defaults (their results: BENCHMARKS.md, at the top).
     "toy": TransformerConfig(
         num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=64
     ),
+    # Half the tutorial's depth: the size for the shortest budgets
+    # (`transformer.run.sizing`).
+    "small": TransformerConfig(
+        num_layers=2, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
+    ),
+    # The base configuration of the TensorFlow tutorial.
+    "tutorial": TransformerConfig(
+        num_layers=4, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
+    ),
+    # Twice the tutorial's width (its feed-forward sublayers four times it, as in
+    # the paper): the sizes between the tutorial's and the paper's base.
+    "medium": TransformerConfig(
+        num_layers=4, d_model=256, num_heads=8, dff=1024, dropout_rate=0.1, max_length=256
+    ),
+    "large": TransformerConfig(
+        num_layers=6, d_model=384, num_heads=8, dff=1536, dropout_rate=0.1, max_length=256
+    ),
+    # The paper's base and big models (Table 3; big with its EN-DE dropout).
+    "base": TransformerConfig(
+        num_layers=6, d_model=512, num_heads=8, dff=2048, dropout_rate=0.1, max_length=256
+    ),
+    "big": TransformerConfig(
+        num_layers=6, d_model=1024, num_heads=16, dff=4096, dropout_rate=0.3, max_length=256
+    ),
 }
+
+# The paper's own models: a run of one keeps the paper's dropout and label
+# smoothing (section 5.4) on real corpora too (`transformer.run.recipes`).
+PAPER_PRESETS = ("base", "big")

@@ -38,6 +38,7 @@ from transformer.run.recipes import (
     SHORT_RUN_VOCAB_SIZE,
     recipe_defaults,
 )
+from transformer.run.sizing import AUTO_PRESET
 from transformer.settings import setting
 
 DEFAULT_RUNS_DIR = "runs"
@@ -173,8 +174,10 @@ class RunConfig:
         "wordpiece")
     # -- model ---------------------------------------------------------------
     preset: str | None = setting(
-        None, "model size, a name of transformer.model_config.PRESETS", section="model",
-        kind="choice", choices=tuple(sorted(PRESETS)),
+        None, "model size, a name of transformer.model_config.PRESETS, or auto: with a "
+        "--time-budget, the largest size the budget can train on enough tokens on this "
+        "machine (measured at the start; transformer.run.sizing), else tutorial",
+        section="model", kind="choice", choices=(AUTO_PRESET, *sorted(PRESETS)),
         default_help="{toy[preset]} for the toy corpus, {corpus[preset]} otherwise; "
         "{presets}")
     init_from: str | None = setting(
@@ -186,6 +189,10 @@ class RunConfig:
     # (`default_model`); its fields are options of their own.
     model: TransformerConfig | None = setting(None, "the model's sizes", section="model",
                                               flag="")
+    # How the time budget chose the model (`transformer.run.sizing.size_rule`):
+    # the preset, the reason, the calibration and every candidate's figures.
+    size_rule: dict | None = setting(None, "the record of the size rule's choice",
+                                     section="model", flag="")
     # -- schedule ------------------------------------------------------------
     epochs: int | None = setting(
         None, "epochs to train; may grow on --resume", section="schedule",
@@ -368,5 +375,6 @@ class RunConfig:
         """A copy with `changes`; model fields (`num_layers`, `d_model`, ...) go to the model."""
         model_fields = {f.name for f in dataclasses.fields(TransformerConfig)}
         model_changes = {k: changes.pop(k) for k in list(changes) if k in model_fields}
-        model = dataclasses.replace(self.model, **model_changes) if model_changes else self.model
+        model = changes.pop("model", self.model)
+        model = dataclasses.replace(model, **model_changes) if model_changes else model
         return dataclasses.replace(self, model=model, **changes)

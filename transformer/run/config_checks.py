@@ -23,6 +23,7 @@ from transformer.constants import (
 from transformer.data.loading import DATASETS
 from transformer.model_config import PRESETS
 from transformer.run.precision import PRECISIONS
+from transformer.run.sizing import AUTO_PRESET
 
 
 def check_config(config) -> None:
@@ -37,7 +38,7 @@ def _check_choices(config) -> None:
     """`dataset` (without `data`), `preset`, `precision`, `strategy` and the tokenizer."""
     if config.data is None:
         check_choice("dataset", config.dataset, DATASETS)
-    check_choice("preset", config.preset, list(PRESETS))
+    check_choice("preset", config.preset, [AUTO_PRESET, *PRESETS])
     if config.precision is not None:  # None: this CPU's fastest, when the run is resolved
         check_choice("precision", config.precision, PRECISIONS)
     check_choice("strategy", config.strategy, DISTRIBUTION_STRATEGIES)
@@ -95,7 +96,8 @@ def _check_numbers(config) -> None:
             "Received an invalid value for argument `time_budget`, expected a positive "
             f"number of seconds or None. Received: time_budget={budget!r}"
         )
-    if config.learning_rate != PAPER_LEARNING_RATE:
+    if config.learning_rate != PAPER_LEARNING_RATE and not (
+            config.learning_rate is None and config.preset == AUTO_PRESET):  # the model's, later
         check_learning_rate(config.learning_rate)
     if config.source_column == config.target_column:
         raise ValueError(

@@ -31,6 +31,8 @@ The versions, and what an older file means for the fields it lacks:
 13. `restore_best_weights`, `patience` (older: the last weights, no early
     stop), `init_from` and, for a run started from another, the record of
     it (`transformer.run.adapt.PARENT_KEY`).
+14. `size_rule`, the record of the model the time budget chose
+    (`transformer.run.sizing`; older: none, the model was given or the recipe's).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from transformer.run.adapt import PARENT_KEY
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
 
-CONFIG_FORMAT_VERSION = 13
+CONFIG_FORMAT_VERSION = 14
 
 # Keys of config.json that are facts about the run rather than settings.
 FACT_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version",
@@ -64,6 +66,7 @@ _ADDED = (
     (11, {"decay": "inverse_sqrt"}),
     (12, {"max_held_out": MAX_HELD_OUT, "vocab_sample": VOCAB_SAMPLE_PAIRS}),
     (13, {"restore_best_weights": False, "patience": 0, "init_from": None}),
+    (14, {"size_rule": None}),
 )
 
 

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from transformer.constants import DECAYS_TO_ZERO, PAPER_LEARNING_RATE
-from transformer.model_config import TransformerConfig
+from transformer.model_config import PAPER_PRESETS, TransformerConfig
 from transformer.run.adapt import INHERITED_FIELDS, inherited_settings
 from transformer.run.precision import default_precision
+from transformer.run.sizing import AUTO_PRESET, REFERENCE_PRESET, size_rule
 
 TOY_DEFAULTS = {
     # The small `toy` model: the toy grammar needs no more.
@@ -62,8 +63,8 @@ TOY_DEFAULTS = {
 }
 
 CORPUS_DEFAULTS = {
-    # The tutorial's model.
-    "preset": "tutorial",
+    # The time budget chooses the model (`transformer.run.sizing`).
+    "preset": AUTO_PRESET,
     # Half the tutorial's pairs per update: twice the updates in about the same time.
     "batch_size": 32,
     # A fifth of the paper's warm-up (section 5.3), to the peak of the paper's
@@ -163,6 +164,10 @@ CORPUS_MODEL_DEFAULTS = {
     "normalize_first": CORPUS_NORMALIZE_FIRST,
 }
 
+# The paper's label smoothing (section 5.4), which runs of the paper's own
+# models (`PAPER_PRESETS`) keep on real corpora, with the paper's dropout.
+PAPER_LABEL_SMOOTHING = 0.1
+
 # Sizing a real corpus's run: enough passes to see about TARGET_PAIRS_SEEN
 # sentence pairs, between MIN_EPOCHS and MAX_EPOCHS. The target was lowered when
 # pre-norm layers made each step dearer, so that a run takes about as long as
@@ -209,9 +214,12 @@ def default_model(preset: str, dataset: str = "toy", data=None,
     >>> default_model("toy").normalize_first
     False
     """
+    if preset == AUTO_PRESET:  # until the run is resolved (`transformer.run.sizing`)
+        preset = REFERENCE_PRESET
     if not _is_toy(dataset, data):
         for field, value in CORPUS_MODEL_DEFAULTS.items():
-            if overrides.get(field) is None:
+            if overrides.get(field) is None and not (
+                    field == "dropout_rate" and preset in PAPER_PRESETS):
                 overrides[field] = value
     return TransformerConfig.from_preset(preset, **overrides)
 
@@ -247,6 +255,10 @@ def recipe_defaults(config) -> dict[str, Any]:
         filled["subword_sampling"] = 0.0
     if chosen("vocab_size") is None and not _is_toy(config.dataset, config.data):
         filled["vocab_size"] = corpus_vocab_size(config.time_budget)  # the budget decides
+    if chosen("preset") is None and chosen("model") is not None:
+        filled["preset"] = REFERENCE_PRESET  # a model given is not the rule's to change
+    if chosen("preset") in PAPER_PRESETS and config.label_smoothing is None:
+        filled["label_smoothing"] = PAPER_LABEL_SMOOTHING
     for name, value in defaults.items():
         if getattr(config, name) is None and name not in filled:
             if name == "shared_vocab":  # only SentencePiece learns one vocabulary
@@ -273,7 +285,8 @@ def recipe_defaults(config) -> dict[str, Any]:
         model = dataclasses.replace(model, tie_embeddings=shared)
     if model is not config.model:
         filled["model"] = model
-    if config.learning_rate is None and "learning_rate" not in filled:
+    if config.learning_rate is None and "learning_rate" not in filled \
+            and chosen("preset") != AUTO_PRESET:  # else the chosen model's, when resolved
         filled["learning_rate"] = corpus_peak_learning_rate(model.d_model)
     return filled
 
@@ -287,11 +300,17 @@ class CorpusFacts:
         mean_tokens: mean padded length of a pair (tokens of its longer side).
         pass_batches: `pass_batches(batch_tokens, batch_size)`, the batches of
             the first pass over the pairs (`transformer.data.batching.batches_per_pass`).
+        vocab_size: the target vocabulary's size (for the size rule).
+        calibrate: `calibrate(config)`, this machine's `transformer.run.sizing.Speed`
+            for the run's batches and precision; None where the size rule must not
+            measure (then a run of preset "auto" trains the reference preset).
     """
 
     num_pairs: int
     mean_tokens: float
     pass_batches: Callable[[int, int], int]
+    vocab_size: int = 0
+    calibrate: Callable[[Any], Any] | None = None
 
 
 def resolve(config, facts: CorpusFacts):
@@ -316,7 +335,22 @@ def resolve(config, facts: CorpusFacts):
             changes.get("batch_tokens", config.batch_tokens), config.batch_size)
     if config.precision is None:
         changes["precision"] = default_precision()
-    return config.replace(**changes) if changes else config
+    config = config.replace(**changes) if changes else config
+    if config.preset == AUTO_PRESET:
+        config = _choose_model(config, facts)
+    return config
+
+
+def _choose_model(config, facts: CorpusFacts):
+    """`config` with the model of `transformer.run.sizing.size_rule` and its record."""
+    measure = facts.calibrate is not None and config.time_budget is not None \
+        and config.strategy != "multi-worker"
+    speed = facts.calibrate(config) if measure else None
+    preset, record = size_rule(config, speed, facts.vocab_size, facts.mean_tokens,
+                               round(facts.num_pairs * facts.mean_tokens))
+    model = default_model(preset, config.dataset, config.data,
+                          tie_embeddings=config.model.tie_embeddings)
+    return config.replace(preset=preset, model=model, size_rule=record)
 
 
 def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config) -> dict:

@@ -66,6 +66,7 @@ from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
+from transformer.run.sizing import calibrate
 from transformer.run.token_files import tokenizers_digest, training_tokens
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
@@ -178,7 +179,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         keras.utils.set_random_seed(choices.seed)
         data = _load_data(session, choices)
         # The one config of the run: every later stage sees it, nothing changes it.
-        config = _resolve(choices, data.train_tokens)
+        config = _resolve(choices, data)
         keras.mixed_precision.set_global_policy(config.precision)
         if session.chief:  # once the data are ready: a run with config.json can resume
             write_config(session.run_dir, config, data.input_vocab_size,
@@ -370,11 +371,21 @@ def _make_data(session: _Session, config: RunConfig, from_chief=False) -> _Data:
     )
 
 
-def _resolve(choices: RunConfig, train_tokens: TokenizedPairs) -> RunConfig:
-    """The run's complete config (`resolve`) from `choices` and the training pairs."""
+def _resolve(choices: RunConfig, data: _Data) -> RunConfig:
+    """The run's complete config (`resolve`) from `choices` and the training pairs;
+    with preset "auto", the model the size rule chose for this machine."""
+    train_tokens = data.train_tokens
     lengths = train_tokens.lengths
-    config = resolve(choices, CorpusFacts(len(lengths), float(lengths.mean()), lambda tokens, size:
-                     batches_per_pass(train_tokens, tokens, batch_size=size, seed=choices.seed)))
+    mean_tokens = float(lengths.mean())
+    vocab_size = data.target_vocab_size
+    config = resolve(choices, CorpusFacts(
+        len(lengths), mean_tokens,
+        lambda tokens, size: batches_per_pass(train_tokens, tokens, batch_size=size,
+                                              seed=choices.seed),
+        vocab_size=vocab_size,
+        calibrate=lambda config: calibrate(config, vocab_size, mean_tokens)))
+    if config.size_rule:
+        logger.info("Model size: %s.", config.size_rule["reason"])
     logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
                 f", batches of at most {config.batch_tokens} tokens" if config.batch_tokens
                 else f" of {config.batch_size} pairs")

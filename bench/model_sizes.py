@@ -1,0 +1,187 @@
+"""BLEU against minutes for each model size: the measurements behind the size
+rule (`transformer/run/sizing.py`) and its figure.
+
+For each size S (a preset of `transformer.model_config.PRESETS`), it runs
+`bench/budget_curve.py --train-args "--preset S"` on one core, for the budgets
+and seeds given, with the runs in `RUNS/S/` (finished runs are read, not
+trained again; an interrupted one resumes). Then it collects every size's
+results file into one (`--json`): per run the updates, the mean target tokens
+a second (from the run's own once-a-minute log lines), the body parameters
+and the target tokens per body parameter that the rule reads, and BLEU; and
+draws BLEU against minutes, a line per size, the envelope (the best size at
+each budget) marked (`--plot`).
+
+Example (one core; the runs of the report took about 2.5 hours):
+
+    python bench/model_sizes.py --corpus ui-es-en --sizes small tutorial medium \\
+        --budgets 5 15 --seeds 0 1 --core 1 --runs runs/model_sizes \\
+        --json bench/results/model_sizes_ui-es-en_zen4.json --plot docs/model_sizes_ui.png
+
+`--collect` skips training and collects the results files in `RUNS/` (each
+size's `RUNS/{corpus}_{M}min_{S}_s{seed}.json`, as `budget_curve.py --json`
+writes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH.parent), str(BENCH)]
+
+from common import BenchError, machine, write_json  # noqa: E402
+
+RATE = re.compile(r"\(([\d,]+) target tokens a second\)")
+
+
+def results_path(runs: Path, corpus: str, minutes: float, size: str, seed: int) -> Path:
+    return runs / f"{corpus}_{minutes:g}min_{size}_s{seed}.json"
+
+
+def train(args) -> None:
+    """Every size, budget and seed through `budget_curve.py`, one results file each."""
+    for minutes in args.budgets:
+        for seed in args.seeds:
+            for size in args.sizes:
+                command = [sys.executable, str(BENCH / "budget_curve.py"),
+                           "--corpus", str(args.corpus), "--budgets", f"{minutes:g}",
+                           "--seeds", str(seed), "--core", str(args.core),
+                           "--runs", str(args.runs / size), "--train-args", f"--preset {size}",
+                           "--label", size, "--json",
+                           str(results_path(args.runs, args.corpus.name, minutes, size, seed))]
+                if subprocess.run(command).returncode:
+                    raise BenchError(f"budget_curve.py failed for {size}, {minutes:g} min, "
+                                     f"seed {seed}")
+
+
+def log_rate(log: Path) -> float | None:
+    """The mean of a run's once-a-minute target tokens a second (None without them)."""
+    if not log.is_file():
+        return None
+    rates = [float(found.replace(",", "")) for found in RATE.findall(log.read_text("utf-8"))]
+    return round(statistics.mean(rates), 1) if rates else None
+
+
+def collect(args) -> dict:
+    """One record of every size's runs found in `args.runs`."""
+    from transformer.run.config import RunConfig
+    from transformer.run.sizing import body_parameters
+
+    runs = []
+    for path in sorted(args.runs.glob(f"{args.corpus.name}_*min_*_s*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for run in record["runs"]:
+            run_dir = Path(run["run_dir"])
+            config = RunConfig.from_dict({
+                key: value for key, value in json.loads(
+                    (run_dir / "config.json").read_text(encoding="utf-8")).items()
+                if key in RunConfig.__dataclass_fields__})
+            rate = log_rate(run_dir.parent / f"{run_dir.name}.log")
+            params = body_parameters(config.model)
+            tokens = rate * run["train_seconds"] if rate else None
+            runs.append({**run, "size": record["label"],
+                         "model": {k: getattr(config.model, k)
+                                   for k in ("num_layers", "d_model", "num_heads", "dff")},
+                         "body_parameters": params,
+                         "target_tokens_per_second": rate,
+                         "target_tokens": round(tokens) if tokens else None,
+                         "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
+                         "machine": record.get("machine_after") or record.get("machine_before")})
+    if not runs:
+        raise BenchError(f"no results files of {args.corpus.name} in {args.runs}")
+    return {"corpus": args.corpus.name, "machine": machine(), "runs": runs}
+
+
+def envelope(runs: list[dict]) -> dict[float, tuple[str, float]]:
+    """The best size's mean BLEU at each budget."""
+    means: dict[float, dict[str, list[float]]] = {}
+    for run in runs:
+        means.setdefault(run["minutes"], {}).setdefault(run["size"], []).append(run["bleu_lc"])
+    return {minutes: max(((size, statistics.mean(v)) for size, v in sizes.items()),
+                         key=lambda item: item[1])
+            for minutes, sizes in sorted(means.items())}
+
+
+def plot(record: dict, path: Path, title: str) -> None:
+    """BLEU against minutes: each seed a point, each size's mean a line, the
+    envelope a thick grey line under them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = record["runs"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    best = envelope(runs)
+    ax.plot(list(best), [bleu for _, bleu in best.values()], "-", color="0.8", linewidth=7,
+            label="envelope: the best size at each budget", zorder=1)
+    sizes = sorted({run["size"] for run in runs},
+                   key=lambda s: min(r["body_parameters"] for r in runs if r["size"] == s))
+    for index, size in enumerate(sizes):
+        own = [run for run in runs if run["size"] == size]
+        by_minutes: dict[float, list[float]] = {}
+        for run in own:
+            by_minutes.setdefault(run["minutes"], []).append(run["bleu_lc"])
+        minutes = sorted(by_minutes)
+        params = own[0]["body_parameters"] / 1e6
+        ax.plot([r["minutes"] for r in own], [r["bleu_lc"] for r in own], "o", alpha=0.45,
+                color=f"C{index}", markersize=4, zorder=2)
+        ax.plot(minutes, [statistics.mean(by_minutes[m]) for m in minutes], "-D",
+                color=f"C{index}", markersize=4, zorder=3,
+                label=f"{size} ({params:.1f}M body parameters)")
+    ax.set_xlabel("training budget (minutes, one CPU core)")
+    ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True,
+                        help="a directory of train.tsv, valid.tsv and test.tsv")
+    parser.add_argument("--sizes", nargs="+", default=["small", "tutorial", "medium"])
+    parser.add_argument("--budgets", type=float, nargs="+", default=[5, 15])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--core", type=int, default=0, help="the one CPU core (taskset -c)")
+    parser.add_argument("--runs", type=Path, default=Path("runs/model_sizes"))
+    parser.add_argument("--collect", action="store_true", help="collect only, train nothing")
+    parser.add_argument("--json", type=Path, help="the collected results file")
+    parser.add_argument("--plot", type=Path, help="the figure (PNG)")
+    parser.add_argument("--title", default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if not args.collect:
+            train(args)
+        record = collect(args)
+    except (BenchError, OSError, KeyError, ValueError) as error:
+        print(f"model_sizes.py: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        write_json(args.json, record)
+    if args.plot:
+        cpu = record["machine"].get("cpu_model", "")
+        plot(record, args.plot, args.title or f"{args.corpus.name}, {cpu}, one core")
+    for minutes, (size, bleu) in envelope(record["runs"]).items():
+        print(f"{minutes:g} min: {size} is best, BLEU {bleu:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

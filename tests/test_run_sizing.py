@@ -1,0 +1,201 @@
+"""The time budget chooses the model (transformer/run/sizing.py): the presets,
+the size rule at real-run settings, the calibration, and what overrides them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from transformer.model_config import PAPER_PRESETS, PRESETS
+from transformer.run import sizing
+from transformer.run.config import RunConfig
+from transformer.run.recipes import CorpusFacts, resolve
+from transformer.run.sizing import (
+    SIZE_LADDER,
+    TOKENS_PER_PARAMETER,
+    Speed,
+    body_parameters,
+    parameter_count,
+    token_cost,
+)
+
+# A speed of the kind measured on one CPU core: 40 ms a step besides 2e-11 s a
+# multiply-add per target token (about 5,000 tokens a second for the tutorial's size).
+ONE_CORE = Speed(step_seconds=0.04, seconds_per_cost=2.5e-11)
+
+
+def _resolved(minutes, pairs=26_000, mean_tokens=12.0, speed=ONE_CORE, **choices):
+    calls = []
+
+    def calibrate(config):
+        calls.append(config)
+        return speed
+
+    config = RunConfig(data="pairs.tsv", precision="float32",
+                       time_budget=None if minutes is None else minutes * 60.0, **choices)
+    facts = CorpusFacts(pairs, mean_tokens, lambda tokens, size: 100, vocab_size=4000,
+                        calibrate=calibrate)
+    return resolve(config, facts), calls
+
+
+def test_paper_presets_have_the_papers_sizes_and_parameter_counts():
+    base, big = PRESETS["base"], PRESETS["big"]
+    assert (base.num_layers, base.d_model, base.num_heads, base.dff, base.dropout_rate) == (
+        6, 512, 8, 2048, 0.1)
+    assert (big.num_layers, big.d_model, big.num_heads, big.dff, big.dropout_rate) == (
+        6, 1024, 16, 4096, 0.3)
+    # Table 3 of the paper: 65 and 213 million parameters, with one shared
+    # vocabulary of about 37,000 pieces and tied embeddings (section 3.4).
+    for name, paper in (("base", 65e6), ("big", 213e6)):
+        tied = dataclasses.replace(PRESETS[name], tie_embeddings=True)
+        assert parameter_count(tied, 37_000, 37_000) == pytest.approx(paper, rel=0.05)
+
+
+@pytest.mark.parametrize("tie,pre", [(False, False), (True, True), (False, True)])
+def test_parameter_count_is_the_built_models(tie, pre):
+    from transformer.model import build_model
+
+    for name in ("toy", "small"):
+        config = dataclasses.replace(PRESETS[name], tie_embeddings=tie, normalize_first=pre,
+                                     num_decoder_layers=1)
+        target = 300 if tie else 250
+        model = build_model(config, 300, target)
+        assert parameter_count(config, 300, target) == model.count_params()
+
+
+def test_the_ladder_grows_in_parameters_and_cost():
+    models = [PRESETS[name] for name in SIZE_LADDER]
+    params = [body_parameters(model) for model in models]
+    costs = [token_cost(model, 4000, 20) for model in models]
+    assert params == sorted(params) and len(set(params)) == len(params)
+    assert costs == sorted(costs) and len(set(costs)) == len(costs)
+
+
+def test_a_paper_preset_keeps_the_papers_regularisation_on_real_text():
+    for name in PAPER_PRESETS:
+        config = RunConfig(data="pairs.tsv", preset=name)
+        assert config.label_smoothing == 0.1
+        assert config.model.dropout_rate == PRESETS[name].dropout_rate
+        assert config.learning_rate == pytest.approx((PRESETS[name].d_model * 4000) ** -0.5)
+    tutorial = RunConfig(data="pairs.tsv", preset="tutorial")
+    assert tutorial.label_smoothing == 0.0 and tutorial.model.dropout_rate == 0.0
+    given = RunConfig(data="pairs.tsv", preset="base", label_smoothing=0.0)
+    assert given.label_smoothing == 0.0  # a user's 0 is kept
+
+
+def test_the_budget_chooses_a_size_that_never_shrinks_as_it_grows():
+    chosen = []
+    for minutes in (1, 5, 10, 15, 30, 45, 90, 120, 240, 720, 1440):
+        config, _ = _resolved(minutes, pairs=1_000_000, mean_tokens=25.0)
+        chosen.append(SIZE_LADDER.index(config.preset))
+    assert chosen == sorted(chosen)
+    assert len(set(chosen)) >= 3  # the budget does choose
+
+
+def test_a_day_on_five_million_pairs_gets_a_larger_model_than_five_minutes_on_38000():
+    short, _ = _resolved(5, pairs=38_000, mean_tokens=25.0)
+    long, _ = _resolved(24 * 60, pairs=5_000_000, mean_tokens=25.0)
+    assert SIZE_LADDER.index(long.preset) > SIZE_LADDER.index(short.preset)
+    assert body_parameters(long.model) > body_parameters(short.model)
+
+
+def test_each_boundary_is_where_the_rule_says():
+    """Just under a size's threshold of tokens per parameter the smaller size is
+    chosen; at it, that size."""
+    base = RunConfig(data="pairs.tsv").model
+    batch_tokens = round(32 * 12.0)
+    for larger in SIZE_LADDER[1:]:
+        model = sizing.candidate_model(larger, base)
+        rate = ONE_CORE.tokens_per_second(token_cost(model, 4000, 12.0), batch_tokens)
+        seconds = TOKENS_PER_PARAMETER * body_parameters(model) / rate
+        at, _ = _resolved(seconds * 1.001 / 60, pairs=5_000_000)
+        under, _ = _resolved(seconds * 0.999 / 60, pairs=5_000_000)
+        assert at.preset == larger, (larger, seconds)
+        assert SIZE_LADDER.index(under.preset) < SIZE_LADDER.index(larger)
+
+
+def test_a_small_corpus_caps_the_size():
+    big_corpus, _ = _resolved(24 * 60, pairs=5_000_000)
+    tiny_corpus, _ = _resolved(24 * 60, pairs=2_000)
+    assert SIZE_LADDER.index(tiny_corpus.preset) < SIZE_LADDER.index(big_corpus.preset)
+    assert body_parameters(tiny_corpus.model) <= \
+        sizing.MAX_PARAMETERS_PER_CORPUS_TOKEN * 2_000 * 12 or tiny_corpus.preset == "small"
+
+
+def test_a_faster_machine_gets_a_larger_model_in_the_same_minutes():
+    slow, _ = _resolved(45, pairs=1_000_000)
+    fast, _ = _resolved(45, pairs=1_000_000, speed=Speed(0.004, 2.5e-12))
+    assert SIZE_LADDER.index(fast.preset) > SIZE_LADDER.index(slow.preset)
+
+
+def test_the_choice_is_complete_and_recorded():
+    config, calls = _resolved(45, pairs=1_000_000)
+    assert len(calls) == 1 and calls[0].precision == "float32" and calls[0].batch_tokens
+    record = config.size_rule
+    assert config.preset in SIZE_LADDER and record["preset"] == config.preset
+    assert config.model.d_model == PRESETS[config.preset].d_model
+    assert config.model.num_layers == PRESETS[config.preset].num_layers
+    # The corpus recipe's model settings and the chosen width's peak rate.
+    assert config.model.normalize_first and config.model.tie_embeddings
+    assert config.model.dropout_rate == 0.0
+    assert config.learning_rate == pytest.approx((config.model.d_model * 4000) ** -0.5)
+    assert record["calibration"] == dataclasses.asdict(ONE_CORE)
+    assert set(record["candidates"]) == set(SIZE_LADDER)
+    assert config.preset in record["reason"] and "45 min" in record["reason"]
+    json.dumps(config.to_dict())  # config.json can hold it
+    assert RunConfig.from_dict(config.to_dict()) == config  # and gives it back unchanged
+
+
+def test_overrides_win_and_nothing_is_measured():
+    for choices in ({"preset": "tutorial"}, {"preset": "medium"}, {"preset": "base"}):
+        config, calls = _resolved(45, pairs=1_000_000, **choices)
+        assert calls == [] and config.size_rule is None and config.preset == choices["preset"]
+    from transformer.cli.train import config_of_choices
+
+    config = config_of_choices({"data": "pairs.tsv", "num_layers": 2, "time_budget": 2700.0})
+    assert config.preset == "tutorial" and config.model.num_layers == 2
+    resolved = resolve(config, CorpusFacts(1000, 12.0, lambda tokens, size: 10, 4000,
+                                           calibrate=lambda config: pytest.fail("measured")))
+    assert resolved.model.num_layers == 2 and resolved.size_rule is None
+
+
+def test_without_a_budget_or_with_many_workers_the_reference_is_trained_unmeasured():
+    config, calls = _resolved(None)
+    assert calls == [] and config.preset == "tutorial"
+    assert "no --time-budget" in config.size_rule["reason"]
+    workers, calls = _resolved(45, strategy="multi-worker")
+    assert calls == [] and workers.preset == "tutorial"
+
+
+def test_the_toy_corpus_keeps_its_preset():
+    assert RunConfig().preset == "toy" and RunConfig(time_budget=60.0).preset == "toy"
+
+
+def test_a_resolved_config_resolves_to_itself():
+    config, _ = _resolved(45, pairs=1_000_000)
+    again = resolve(config, CorpusFacts(1_000_000, 12.0, lambda tokens, size: 100, 4000,
+                                        calibrate=lambda config: pytest.fail("measured")))
+    assert again == config
+
+
+def test_calibrate_times_real_steps(monkeypatch):
+    """The calibration's speed is measured, not assumed: a real step of the
+    larger calibrated size takes longer than one of the smaller."""
+    monkeypatch.setattr(sizing, "CALIBRATION_PRESETS", ("toy", "small"))
+    monkeypatch.setattr(sizing, "CALIBRATION_STEPS", 3)
+    config = RunConfig(data="pairs.tsv", precision="float32", time_budget=60.0, batch_tokens=96)
+    points = []
+    real_from_two = Speed.from_two
+
+    def recorded(found, batch_tokens):
+        points.extend(found)
+        return real_from_two(found, batch_tokens)
+
+    monkeypatch.setattr(Speed, "from_two", staticmethod(recorded))
+    speed = sizing.calibrate(config, 200, 8.0)
+    assert len(points) == 2 and all(seconds > 0 for _, seconds in points)
+    assert points[1][0] > points[0][0]  # the larger size costs more a token
+    assert speed.step_seconds >= 0 and speed.seconds_per_cost > 0
+    assert 0 < speed.tokens_per_second(token_cost(PRESETS["toy"], 200, 8.0), 96) < 1e7

@@ -1,0 +1,258 @@
+"""The time budget chooses the model: the size rule and the speed calibration it reads.
+
+A real corpus's run with a `--time-budget` and no model option (the recipe's
+preset `"auto"`) trains the largest size of `SIZE_LADDER` that the budget can
+feed: one whose planned target tokens (the budget times this machine's
+measured tokens a second for that size) are at least `TOKENS_PER_PARAMETER`
+times its body parameters (those of its layers, without the embeddings),
+and whose body parameters are at most `MAX_PARAMETERS_PER_CORPUS_TOKEN` times
+the corpus's training target tokens. Longer budgets and faster machines
+(a GPU, more cores) thus get larger models, and the choice never shrinks as
+the budget grows. The form is that of compute-optimal sizing (Hoffmann et
+al., 2022: parameters grow with the tokens a run can train on); the constants
+are fitted to BLEU against minutes for each size on the development corpora
+(BENCHMARKS.md, "The budget chooses the model").
+
+The machine's speed is measured at the start of the run (`calibrate`): a few
+training steps of two sizes at the run's batch shape and precision give a
+step's fixed cost and its cost per multiply-add (`Speed`), from which every
+size's tokens a second follow (`token_cost`). The choice, the calibration and
+every candidate's figures are recorded in `config.json` (`size_rule`), so a
+resume keeps the model; the log says what was chosen and why in one line.
+
+Without a time budget the run is sized by its epochs and trains the
+`REFERENCE_PRESET`; a multi-worker run does too, since its workers would each
+measure their own speed. Any model option or `--preset` overrides the rule.
+Plain Python but `calibrate`, which imports TensorFlow when called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from transformer.model_config import PRESETS, TransformerConfig
+
+logger = logging.getLogger(__name__)
+
+# The recipe's preset of a real corpus: this module chooses the size.
+AUTO_PRESET = "auto"
+# The model before the choice (its `max_length` sizes the tokens), and the one
+# that model options change when no --preset is given.
+REFERENCE_PRESET = "tutorial"
+# The sizes the rule chooses from, smallest first: each has more body
+# parameters and costs more a token than the one before.
+SIZE_LADDER = ("small", "tutorial", "medium", "large")
+# The second size `calibrate` times, so that the speed of the others is
+# interpolated (or extrapolated) between two measured points.
+CALIBRATION_PRESETS = (REFERENCE_PRESET, "medium")
+# A size is trained when the budget gives it at least this many target tokens
+# per body parameter (fitted: BENCHMARKS.md, "The budget chooses the model").
+TOKENS_PER_PARAMETER = 0.5
+# ... and when it has at most this many body parameters per training target
+# token of the corpus: the largest ratio measured to gain (a larger model on
+# fewer tokens is beyond what was measured).
+MAX_PARAMETERS_PER_CORPUS_TOKEN = 25.0
+# Timed steps of each calibrated size, after `CALIBRATION_WARMUP` untimed ones
+# (the first traces the step).
+CALIBRATION_STEPS = 6
+CALIBRATION_WARMUP = 2
+
+
+def body_parameters(model: TransformerConfig) -> int:
+    """The weights of the model's layers without embeddings, biases or norms:
+    4 d^2 + 2 d dff an encoder layer, 8 d^2 + 2 d dff a decoder layer.
+
+    >>> body_parameters(PRESETS["tutorial"])
+    1835008
+    """
+    d, dff = model.d_model, model.dff
+    return model.num_layers * (4 * d * d + 2 * d * dff) + \
+        model.decoder_layers * (8 * d * d + 2 * d * dff)
+
+
+def parameter_count(model: TransformerConfig, input_vocab_size: int,
+                    target_vocab_size: int) -> int:
+    """Every weight of `transformer.model.build_model(model, ...)`, counted without
+    building it: the layers with their biases and norms, the embeddings, and the
+    output projection (the target embedding itself when tied).
+
+    >>> parameter_count(PRESETS["base"], 37000, 37000) // 10**6  # tie_embeddings=False
+    101
+    """
+    d, dff = model.d_model, model.dff
+    attention = 4 * (d * d + d)
+    feed_forward = 2 * d * dff + dff + d
+    encoder_layer = attention + feed_forward + 2 * (2 * d)
+    decoder_layer = 2 * attention + feed_forward + 3 * (2 * d)
+    total = model.num_layers * encoder_layer + model.decoder_layers * decoder_layer
+    if model.normalize_first:
+        total += 2 * (2 * d)  # the final norms of the encoder and the decoder
+    if model.tie_embeddings:
+        return total + target_vocab_size * d
+    return total + (input_vocab_size + target_vocab_size) * d + d * target_vocab_size + \
+        target_vocab_size
+
+
+def token_cost(model: TransformerConfig, vocab_size: int, mean_tokens: float) -> float:
+    """Multiply-adds of the forward pass per target token: the body's weights,
+    the output projection (d x vocabulary) and the attention's QK^T and AV over
+    `mean_tokens` keys (the encoder's, the decoder's own and the cross-attention).
+
+    >>> round(token_cost(PRESETS["tutorial"], 4000, 20) / 1e6, 2)
+    2.37
+    """
+    d = model.d_model
+    attention = 2 * mean_tokens * d * (model.num_layers + 2 * model.decoder_layers)
+    return body_parameters(model) + d * vocab_size + attention
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """A training step's time on this machine: `step_seconds` + `seconds_per_cost` times
+    the batch's target tokens times `token_cost`.
+
+    >>> speed = Speed(step_seconds=0.05, seconds_per_cost=1e-10)
+    >>> round(speed.tokens_per_second(2.0e6, 400))
+    3077
+    """
+
+    step_seconds: float
+    seconds_per_cost: float
+
+    def tokens_per_second(self, cost: float, batch_tokens: int) -> float:
+        """Target tokens a second in steps of `batch_tokens` target tokens."""
+        return batch_tokens / (self.step_seconds + self.seconds_per_cost * cost * batch_tokens)
+
+    @classmethod
+    def from_two(cls, points: list[tuple[float, float]], batch_tokens: int) -> Speed:
+        """The speed through two measured (token cost, step seconds) points; a line
+        through the origin through the first when the two disagree with a fixed
+        cost (a fixed cost below zero, or a second step not dearer)."""
+        (cost_a, seconds_a), (cost_b, seconds_b) = points
+        slope = (seconds_b - seconds_a) / ((cost_b - cost_a) * batch_tokens)
+        fixed = seconds_a - slope * cost_a * batch_tokens
+        if slope <= 0 or fixed < 0:
+            return cls(0.0, seconds_a / (cost_a * batch_tokens))
+        return cls(fixed, slope)
+
+
+def candidate_model(preset: str, base: TransformerConfig) -> TransformerConfig:
+    """`preset`'s sizes with the run's other model settings (dropout, norms, tying)."""
+    sizes = PRESETS[preset]
+    return dataclasses.replace(base, num_layers=sizes.num_layers, num_decoder_layers=None,
+                               d_model=sizes.d_model, num_heads=sizes.num_heads,
+                               dff=sizes.dff)
+
+
+def plan(speed: Speed, budget_seconds: float, base: TransformerConfig, vocab_size: int,
+         mean_tokens: float, batch_tokens: int) -> dict[str, dict[str, float]]:
+    """Every size of the ladder's estimated tokens a second, planned target
+    tokens in the budget, body parameters and their ratio."""
+    rows = {}
+    for preset in SIZE_LADDER:
+        model = candidate_model(preset, base)
+        rate = speed.tokens_per_second(token_cost(model, vocab_size, mean_tokens), batch_tokens)
+        params = body_parameters(model)
+        rows[preset] = {"tokens_per_second": round(rate, 1),
+                        "planned_tokens": round(rate * budget_seconds),
+                        "body_parameters": params,
+                        "tokens_per_parameter": round(rate * budget_seconds / params, 3)}
+    return rows
+
+
+def choose(rows: dict[str, dict[str, float]], corpus_tokens: int) -> tuple[str, str]:
+    """The largest size the budget can feed and the corpus can hold, and why
+    (the smallest when none qualifies)."""
+    fed = [p for p in SIZE_LADDER if rows[p]["tokens_per_parameter"] >= TOKENS_PER_PARAMETER]
+    held = [p for p in fed
+            if rows[p]["body_parameters"] <= MAX_PARAMETERS_PER_CORPUS_TOKEN * corpus_tokens]
+    chosen = held[-1] if held else SIZE_LADDER[0]
+    row = rows[chosen]
+    why = (f"{row['planned_tokens']:,} target tokens at {row['tokens_per_second']:,.0f} a "
+           f"second, {row['tokens_per_parameter']:.2f} per body parameter "
+           f"(the rule asks {TOKENS_PER_PARAMETER})")
+    larger = SIZE_LADDER.index(chosen) + 1
+    if larger < len(SIZE_LADDER):
+        bigger = SIZE_LADDER[larger]
+        if bigger in fed:
+            why += (f"; {bigger} would have {rows[bigger]['body_parameters']:,} body "
+                    f"parameters for {corpus_tokens:,} corpus tokens, over "
+                    f"{MAX_PARAMETERS_PER_CORPUS_TOKEN:g} a token")
+        else:
+            why += (f"; {bigger} would get {rows[bigger]['tokens_per_parameter']:.2f} "
+                    "per parameter")
+    return chosen, why
+
+
+def size_rule(config, speed: Speed | None, vocab_size: int, mean_tokens: float,
+              corpus_tokens: int) -> tuple[str, dict[str, Any]]:
+    """The preset a run of preset "auto" trains, and the record of the choice for
+    `config.json` (its `reason` is the log's line).
+
+    Args:
+        config: the run's `RunConfig`, its batches and precision resolved.
+        speed: this machine's `Speed` (`calibrate`), or None where the rule does
+            not measure (no time budget, a multi-worker run).
+        vocab_size: the target vocabulary's size.
+        mean_tokens: the mean padded length of a training pair.
+        corpus_tokens: the training pairs' target tokens.
+    """
+    if config.time_budget is None or speed is None:
+        because = ("no --time-budget: the run is sized by its epochs"
+                   if config.time_budget is None else
+                   "a multi-worker run: each worker would measure its own speed")
+        return REFERENCE_PRESET, {"preset": REFERENCE_PRESET,
+                                  "reason": f"{REFERENCE_PRESET} ({because})"}
+    rows = plan(speed, config.time_budget, config.model, vocab_size, mean_tokens,
+                config.batch_tokens or round(config.batch_size * mean_tokens))
+    chosen, why = choose(rows, corpus_tokens)
+    sizes = PRESETS[chosen]
+    reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
+              f"{sizes.dff}) for {config.time_budget / 60:g} min: {why}")
+    record = {"preset": chosen, "reason": reason,
+              "calibration": dataclasses.asdict(speed), "candidates": rows,
+              "tokens_per_parameter": TOKENS_PER_PARAMETER,
+              "max_parameters_per_corpus_token": MAX_PARAMETERS_PER_CORPUS_TOKEN,
+              "corpus_tokens": int(corpus_tokens)}
+    return chosen, record
+
+
+def calibrate(config, vocab_size: int, mean_tokens: float) -> Speed:
+    """Times `CALIBRATION_STEPS` training steps of each of `CALIBRATION_PRESETS`
+    at the run's batch shape and precision (random tokens; the run's RNG is
+    seeded again before its own model is built) and returns the `Speed` through
+    them. About ten seconds on one CPU core, before training starts."""
+    import keras
+    import numpy as np
+
+    from transformer.model import build_model
+    from transformer.training import MaskedLoss
+
+    logger.info("Measuring this machine's training speed for the size rule (%s, a few "
+                "steps each).", " and ".join(CALIBRATION_PRESETS))
+    keras.mixed_precision.set_global_policy(config.precision)
+    length = max(2, round(mean_tokens))
+    batch_tokens = config.batch_tokens or config.batch_size * length
+    pairs = max(1, batch_tokens // length)
+    rng = np.random.default_rng(config.seed)
+    source = rng.integers(4, vocab_size, (pairs, length))
+    target = rng.integers(4, vocab_size, (pairs, length + 1))
+    points = []
+    for preset in CALIBRATION_PRESETS:
+        model_config = candidate_model(preset, config.model)
+        model = build_model(model_config, vocab_size, vocab_size)
+        model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())
+        inputs, labels = (source, target[:, :-1]), target[:, 1:]
+        for _ in range(CALIBRATION_WARMUP):
+            model.train_on_batch(inputs, labels)
+        started = time.perf_counter()
+        for _ in range(CALIBRATION_STEPS):
+            model.train_on_batch(inputs, labels)
+        seconds = (time.perf_counter() - started) / CALIBRATION_STEPS
+        points.append((token_cost(model_config, vocab_size, mean_tokens), seconds))
+        del model
+    keras.backend.clear_session()  # the trainer sets its seed and precision again
+    return Speed.from_two(points, pairs * length)
