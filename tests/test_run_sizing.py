@@ -8,11 +8,12 @@ import json
 
 import pytest
 
-from transformer.model_config import PAPER_PRESETS, PRESETS
+from transformer.model_config import PAPER_PRESETS, PRESETS, TransformerConfig
 from transformer.run import sizing
 from transformer.run.config import RunConfig
 from transformer.run.recipes import CorpusFacts, resolve
 from transformer.run.sizing import (
+    AUTO_PRESET,
     SIZE_LADDER,
     TOKENS_PER_PARAMETER,
     Speed,
@@ -181,10 +182,13 @@ def test_a_resolved_config_resolves_to_itself():
 
 
 def test_calibrate_times_real_steps(monkeypatch):
-    """The calibration's speed is measured, not assumed: a real step of the
-    larger calibrated size takes longer than one of the smaller."""
-    monkeypatch.setattr(sizing, "CALIBRATION_PRESETS", ("toy", "small"))
-    monkeypatch.setattr(sizing, "CALIBRATION_STEPS", 3)
+    """The calibration's speed is measured, not assumed: real steps of two sizes
+    (one-layer ones here, to keep the test fast) at the run's batch shape."""
+    for name, width in (("one_layer_16", 16), ("one_layer_64", 64)):
+        monkeypatch.setitem(PRESETS, name, TransformerConfig(
+            num_layers=1, d_model=width, num_heads=2, dff=4 * width, max_length=32))
+    monkeypatch.setattr(sizing, "CALIBRATION_PRESETS", ("one_layer_16", "one_layer_64"))
+    monkeypatch.setattr(sizing, "CALIBRATION_STEPS", 2)
     config = RunConfig(data="pairs.tsv", precision="float32", time_budget=60.0, batch_tokens=96)
     points = []
     real_from_two = Speed.from_two
@@ -196,6 +200,45 @@ def test_calibrate_times_real_steps(monkeypatch):
     monkeypatch.setattr(Speed, "from_two", staticmethod(recorded))
     speed = sizing.calibrate(config, 200, 8.0)
     assert len(points) == 2 and all(seconds > 0 for _, seconds in points)
-    assert points[1][0] > points[0][0]  # the larger size costs more a token
+    assert points[1][0] > points[0][0]  # the wider size costs more a token
     assert speed.step_seconds >= 0 and speed.seconds_per_cost > 0
-    assert 0 < speed.tokens_per_second(token_cost(PRESETS["toy"], 200, 8.0), 96) < 1e7
+    assert 0 < speed.tokens_per_second(points[0][0], 96) < 1e8
+
+
+def test_a_budget_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeypatch):
+    """At real-run settings (a TSV corpus, a time budget, no model option): the
+    trainer measures once, trains the chosen size, records it in config.json;
+    the resume trains the same model without measuring again."""
+    from conftest import write_toy_tsv
+
+    from transformer import rundir
+    from transformer.run import train, trainer
+
+    (tmp_path / "data").mkdir()
+    train_tsv, valid_tsv, test_tsv = write_toy_tsv(tmp_path / "data", n_train=300)
+    # The ladder's two smallest steps here are toy sizes, so the test trains fast.
+    monkeypatch.setattr(sizing, "SIZE_LADDER", ("toy", "small"))
+    measured = []
+
+    def calibrate(config, vocab_size, mean_tokens):
+        measured.append((config.precision, config.batch_tokens, vocab_size, mean_tokens))
+        return Speed(step_seconds=0.5, seconds_per_cost=1e-6)  # too slow for `small`
+
+    monkeypatch.setattr(trainer, "calibrate", calibrate)
+    config = RunConfig(data=str(train_tsv), valid=str(valid_tsv), test=str(test_tsv),
+                       output_dir=str(tmp_path / "run"), time_budget=1.0, vocab_size=120,
+                       precision="float32", eval_beam_size=1)
+    assert config.preset == AUTO_PRESET
+    first = train(config, verbose=0, export=False)
+    saved = json.loads((first.run_dir / rundir.CONFIG_FILE).read_text(encoding="utf-8"))
+    assert len(measured) == 1 and measured[0][0] == "float32" and measured[0][2] == 120
+    assert saved["preset"] == "toy" and saved["model"]["d_model"] == PRESETS["toy"].d_model
+    assert saved["model"]["max_length"] == PRESETS["tutorial"].max_length  # sized the tokens
+    assert saved["size_rule"]["calibration"] == {"step_seconds": 0.5, "seconds_per_cost": 1e-6}
+    assert saved["size_rule"]["preset"] == "toy"
+
+    monkeypatch.setattr(trainer, "calibrate", lambda *args: pytest.fail("measured again"))
+    resumed = train(config.replace(time_budget=3.0), resume=True, verbose=0, export=False)
+    again = json.loads((resumed.run_dir / rundir.CONFIG_FILE).read_text(encoding="utf-8"))
+    assert again["model"] == saved["model"] and again["size_rule"] == saved["size_rule"]
+    assert resumed.final_step >= first.final_step

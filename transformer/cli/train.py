@@ -57,6 +57,7 @@ from transformer.run.recipes import (
     dataset_defaults,
     default_model,
 )
+from transformer.run.sizing import body_parameters
 from transformer.settings import SECTIONS, Option, option_flag, settings_option
 
 
@@ -136,8 +137,9 @@ def _show(value) -> str:
 
 def default_context() -> dict:
     """The names the `default_help` templates may use (help texts are plain strings)."""
-    presets = "; ".join(f"{name}: " + ", ".join(f"{k}={v}" for k, v in preset.to_dict().items())
-                        for name, preset in sorted(PRESETS.items()))
+    presets = "; ".join(f"{name} {p.num_layers}x{p.d_model}, {p.num_heads} heads, dff {p.dff}"
+                        for name, p in sorted(PRESETS.items(),
+                                              key=lambda item: body_parameters(item[1])))
     return dict(toy=TOY_DEFAULTS, corpus=CORPUS_DEFAULTS, toy_preset=PRESETS["toy"],
                 tutorial_preset=PRESETS["tutorial"], presets=presets,
                 target_pairs_seen=TARGET_PAIRS_SEEN, min_epochs=MIN_EPOCHS,

@@ -47,6 +47,7 @@ from transformer.data.streamed import VOCAB_SAMPLE_PAIRS
 from transformer.run.adapt import PARENT_KEY
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY
+from transformer.run.sizing import AUTO_PRESET
 
 CONFIG_FORMAT_VERSION = 14
 
@@ -189,8 +190,12 @@ def resumed_with(saved: RunConfig, config: RunConfig) -> RunConfig:
     may change (`for_resume`; the others must be equal or unset). The
     fields that `config` leaves to `resolve` (None) keep their saved values."""
     changes = config.to_dict()
-    changes.update(changes.pop("model"))
-    for name in RESOLVED_FIELDS:
+    model = changes.pop("model")
+    if config.preset == AUTO_PRESET:  # the model is the one the size rule chose then
+        changes.pop("preset")
+    else:
+        changes.update(model)
+    for name in (*RESOLVED_FIELDS, "learning_rate", "size_rule"):
         if getattr(config, name) is None:
             changes.pop(name)
     return for_resume(saved, **changes)

@@ -24,7 +24,7 @@ from transformer.constants import DECAYS_TO_ZERO, PAPER_LEARNING_RATE
 from transformer.model_config import PAPER_PRESETS, TransformerConfig
 from transformer.run.adapt import INHERITED_FIELDS, inherited_settings
 from transformer.run.precision import default_precision
-from transformer.run.sizing import AUTO_PRESET, REFERENCE_PRESET, size_rule
+from transformer.run.sizing import AUTO_PRESET, REFERENCE_PRESET, candidate_model, size_rule
 
 TOY_DEFAULTS = {
     # The small `toy` model: the toy grammar needs no more.
@@ -348,9 +348,9 @@ def _choose_model(config, facts: CorpusFacts):
     speed = facts.calibrate(config) if measure else None
     preset, record = size_rule(config, speed, facts.vocab_size, facts.mean_tokens,
                                round(facts.num_pairs * facts.mean_tokens))
-    model = default_model(preset, config.dataset, config.data,
-                          tie_embeddings=config.model.tie_embeddings)
-    return config.replace(preset=preset, model=model, size_rule=record)
+    # The chosen sizes; the rest (its max_length, which sized the tokens) as it was.
+    return config.replace(preset=preset, model=candidate_model(preset, config.model),
+                          size_rule=record)
 
 
 def size_epochs_and_batches(num_pairs: int, mean_tokens: float, config) -> dict:

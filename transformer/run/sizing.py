@@ -211,7 +211,7 @@ def size_rule(config, speed: Speed | None, vocab_size: int, mean_tokens: float,
     chosen, why = choose(rows, corpus_tokens)
     sizes = PRESETS[chosen]
     reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
-              f"{sizes.dff}) for {config.time_budget / 60:g} min: {why}")
+              f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {why}")
     record = {"preset": chosen, "reason": reason,
               "calibration": dataclasses.asdict(speed), "candidates": rows,
               "tokens_per_parameter": TOKENS_PER_PARAMETER,
