@@ -20,6 +20,15 @@ Example (one core; the runs of the report took about 2.5 hours):
 `--collect` skips training and collects the results files in `RUNS/` (each
 size's `RUNS/{corpus}_{M}min_{S}_s{seed}.json`, as `budget_curve.py --json`
 writes them).
+
+`--cores-speed` measures instead each size's training steps on one core and
+on `--both-cores` (one process, TensorFlow's threads over them), in float32
+and mixed_bfloat16, at a batch of `--pairs` pairs of `--length` tokens, a
+process each (`transformer.run.sizing.step_seconds`), and writes the target
+tokens a second and the ratio of the two (`--json`):
+
+    python bench/model_sizes.py --cores-speed --sizes small tutorial medium large \
+        --core 1 --both-cores 0,1 --json bench/results/model_sizes_cores_zen4.json
 """
 
 from __future__ import annotations
@@ -148,9 +157,50 @@ def plot(record: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def step_worker(args) -> int:
+    """One size's mean step time in this process (its cores as taskset gave them)."""
+    import keras
+
+    from transformer.model_config import PRESETS
+    from transformer.run.recipes import default_model
+    from transformer.run.sizing import step_seconds
+
+    keras.mixed_precision.set_global_policy(args.precision)
+    model = default_model(args.sizes[0], data="corpus.tsv", tie_embeddings=True)
+    seconds = step_seconds(model, args.vocab, args.pairs, args.length, steps=args.steps)
+    print(json.dumps({"size": args.sizes[0], "precision": args.precision, "seconds": seconds,
+                      "target_tokens_per_second": args.pairs * args.length / seconds,
+                      "d_model": PRESETS[args.sizes[0]].d_model}))
+    return 0
+
+
+def cores_speed(args) -> dict:
+    """Every size and precision on one core and on both, a worker process each."""
+    from common import pinned, worker_json
+
+    rows = []
+    for size in args.sizes:
+        for precision in ("float32", "mixed_bfloat16"):
+            row = {"size": size, "precision": precision}
+            for key, cores in (("one_core", args.core), ("both_cores", args.both_cores)):
+                command = pinned([sys.executable, __file__, "--step-worker", "--sizes", size,
+                                  "--precision", precision, "--vocab", str(args.vocab),
+                                  "--pairs", str(args.pairs), "--length", str(args.length),
+                                  "--steps", str(args.steps), "--corpus", "."], cores)
+                result = worker_json(command, None, f"{size} {precision} on cores {cores}")
+                row[key] = round(result["target_tokens_per_second"], 1)
+            row["both_over_one"] = round(row["both_cores"] / row["one_core"], 3)
+            rows.append(row)
+            print(f"{size} {precision}: {row['one_core']:,.0f} -> {row['both_cores']:,.0f} "
+                  f"target tokens a second ({row['both_over_one']:.2f}x)", flush=True)
+    return {"machine": machine(), "batch": {"pairs": args.pairs, "length": args.length,
+                                            "vocab": args.vocab, "steps": args.steps},
+            "cores": {"one": str(args.core), "both": args.both_cores}, "rows": rows}
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, required=True,
+    parser.add_argument("--corpus", type=Path, default=Path("ui-es-en"),
                         help="a directory of train.tsv, valid.tsv and test.tsv")
     parser.add_argument("--sizes", nargs="+", default=["small", "tutorial", "medium"])
     parser.add_argument("--budgets", type=float, nargs="+", default=[5, 15])
@@ -161,11 +211,28 @@ def parse_args(argv=None):
     parser.add_argument("--json", type=Path, help="the collected results file")
     parser.add_argument("--plot", type=Path, help="the figure (PNG)")
     parser.add_argument("--title", default=None)
+    parser.add_argument("--cores-speed", action="store_true",
+                        help="measure each size's steps on one core and on --both-cores")
+    parser.add_argument("--both-cores", default="0,1")
+    parser.add_argument("--pairs", type=int, default=32)
+    parser.add_argument("--length", type=int, default=13,
+                        help="tokens a sentence (ui-es-en's mean padded pair is about 12)")
+    parser.add_argument("--vocab", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--step-worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.step_worker:
+        return step_worker(args)
+    if args.cores_speed:
+        record = cores_speed(args)
+        if args.json:
+            write_json(args.json, record)
+        return 0
     try:
         if not args.collect:
             train(args)

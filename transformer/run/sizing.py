@@ -220,39 +220,48 @@ def size_rule(config, speed: Speed | None, vocab_size: int, mean_tokens: float,
     return chosen, record
 
 
-def calibrate(config, vocab_size: int, mean_tokens: float) -> Speed:
-    """Times `CALIBRATION_STEPS` training steps of each of `CALIBRATION_PRESETS`
-    at the run's batch shape and precision (random tokens; the run's RNG is
-    seeded again before its own model is built) and returns the `Speed` through
-    them. About ten seconds on one CPU core, before training starts."""
+def step_seconds(model: TransformerConfig, vocab_size: int, pairs: int, length: int,
+                 steps: int | None = None, seed: int = 0) -> float:
+    """The mean time of `steps` (default `CALIBRATION_STEPS`) training steps (after
+    `CALIBRATION_WARMUP` untimed ones) of `model` on random batches of `pairs` pairs of `length` tokens, in
+    the global dtype policy. Imports TensorFlow."""
     import keras
     import numpy as np
 
     from transformer.model import build_model
     from transformer.training import MaskedLoss
 
+    steps = steps or CALIBRATION_STEPS
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, vocab_size, (pairs, length))
+    target = rng.integers(4, vocab_size, (pairs, length + 1))
+    built = build_model(model, vocab_size, vocab_size)
+    built.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())
+    inputs, labels = (source, target[:, :-1]), target[:, 1:]
+    for _ in range(CALIBRATION_WARMUP):
+        built.train_on_batch(inputs, labels)
+    started = time.perf_counter()
+    for _ in range(steps):
+        built.train_on_batch(inputs, labels)
+    return (time.perf_counter() - started) / steps
+
+
+def calibrate(config, vocab_size: int, mean_tokens: float) -> Speed:
+    """Times `CALIBRATION_STEPS` training steps of each of `CALIBRATION_PRESETS`
+    at the run's batch shape and precision (random tokens; the run's RNG is
+    seeded again before its own model is built) and returns the `Speed` through
+    them. About ten seconds on one CPU core, before training starts."""
+    import keras
+
     logger.info("Measuring this machine's training speed for the size rule (%s, a few "
                 "steps each).", " and ".join(CALIBRATION_PRESETS))
     keras.mixed_precision.set_global_policy(config.precision)
     length = max(2, round(mean_tokens))
-    batch_tokens = config.batch_tokens or config.batch_size * length
-    pairs = max(1, batch_tokens // length)
-    rng = np.random.default_rng(config.seed)
-    source = rng.integers(4, vocab_size, (pairs, length))
-    target = rng.integers(4, vocab_size, (pairs, length + 1))
+    pairs = max(1, (config.batch_tokens or config.batch_size * length) // length)
     points = []
     for preset in CALIBRATION_PRESETS:
-        model_config = candidate_model(preset, config.model)
-        model = build_model(model_config, vocab_size, vocab_size)
-        model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())
-        inputs, labels = (source, target[:, :-1]), target[:, 1:]
-        for _ in range(CALIBRATION_WARMUP):
-            model.train_on_batch(inputs, labels)
-        started = time.perf_counter()
-        for _ in range(CALIBRATION_STEPS):
-            model.train_on_batch(inputs, labels)
-        seconds = (time.perf_counter() - started) / CALIBRATION_STEPS
-        points.append((token_cost(model_config, vocab_size, mean_tokens), seconds))
-        del model
+        model = candidate_model(preset, config.model)
+        seconds = step_seconds(model, vocab_size, pairs, length, seed=config.seed)
+        points.append((token_cost(model, vocab_size, mean_tokens), seconds))
     keras.backend.clear_session()  # the trainer sets its seed and precision again
     return Speed.from_two(points, pairs * length)
