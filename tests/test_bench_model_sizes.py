@@ -1,0 +1,80 @@
+"""bench/model_sizes.py: collecting every size's runs (tokens a second from the
+runs' own log lines, tokens per body parameter), the envelope and the figure.
+Nothing is trained here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path[:0] = [str(BENCH)]
+
+import model_sizes  # noqa: E402
+
+
+def _run(runs: Path, corpus: str, size: str, minutes: float, seed: int, bleu: float,
+         rates: list[int]) -> None:
+    """A finished run of budget_curve.py: its results file, config.json and log."""
+    from transformer.run.config import RunConfig
+
+    run_dir = runs / size / f"{corpus}_{minutes:g}min_s{seed}"
+    run_dir.mkdir(parents=True)
+    config = RunConfig(data="train.tsv", preset=size)
+    (run_dir / "config.json").write_text(json.dumps(config.to_dict()), encoding="utf-8")
+    lines = [f"Step {i}: 9.00 steps a second ({rate:,} target tokens a second), loss 3.0."
+             for i, rate in enumerate(rates)]
+    (run_dir.parent / f"{run_dir.name}.log").write_text("\n".join(lines), encoding="utf-8")
+    record = {"label": size, "runs": [{"minutes": minutes, "seed": seed, "run_dir": str(run_dir),
+                                       "bleu_lc": bleu, "updates": 100,
+                                       "train_seconds": minutes * 60}]}
+    path = model_sizes.results_path(runs, corpus, minutes, size, seed)
+    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+@pytest.fixture
+def runs(tmp_path):
+    _run(tmp_path, "ui", "tutorial", 5, 0, 34.0, [3000, 4000])
+    _run(tmp_path, "ui", "tutorial", 5, 1, 32.0, [3500])
+    _run(tmp_path, "ui", "medium", 5, 0, 19.0, [1500])
+    _run(tmp_path, "ui", "tutorial", 15, 0, 45.0, [3500])
+    _run(tmp_path, "ui", "medium", 15, 0, 47.0, [1500])
+    return tmp_path
+
+
+def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs):
+    from transformer.model_config import PRESETS
+    from transformer.run.sizing import body_parameters
+
+    args = types.SimpleNamespace(runs=runs, corpus=Path("ui"))
+    record = model_sizes.collect(args)
+    assert len(record["runs"]) == 5
+    first = next(r for r in record["runs"] if r["size"] == "tutorial" and r["minutes"] == 5
+                 and r["seed"] == 0)
+    assert first["target_tokens_per_second"] == 3500.0  # the mean of its lines
+    assert first["target_tokens"] == 3500 * 300
+    assert first["body_parameters"] == body_parameters(PRESETS["tutorial"])
+    assert first["tokens_per_parameter"] == pytest.approx(
+        3500 * 300 / body_parameters(PRESETS["tutorial"]), abs=1e-3)
+    assert first["model"]["d_model"] == 128
+
+
+def test_the_envelope_is_the_best_mean_at_each_budget(runs):
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=Path("ui")))
+    assert model_sizes.envelope(record["runs"]) == {5: ("tutorial", 33.0), 15: ("medium", 47.0)}
+
+
+def test_the_figure_is_written(runs, tmp_path):
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=Path("ui")))
+    path = tmp_path / "figure.png"
+    model_sizes.plot(record, path, "ui")
+    assert path.stat().st_size > 10_000
+
+
+def test_no_results_is_a_one_line_error(tmp_path, capsys):
+    assert model_sizes.main(["--collect", "--corpus", "ui", "--runs", str(tmp_path)]) == 1
+    assert "no results files of ui" in capsys.readouterr().err
