@@ -146,3 +146,13 @@ def test_label_smoothing_floor_is_the_entropy_of_the_target():
     assert right.lines[0].get_ydata()[0] == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="label_smoothing"):
         study.plot_label_smoothing(100, 1.0)
+
+
+def test_matrices_one_panel_per_entry_rows_are_tokens():
+    fig = rendered(study.plot_matrices({"in": np.ones((2, 4)), "hidden": np.zeros((2, 8))},
+                                       ["a", "b"], "ffn"))
+    axes = main_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["in", "hidden"]
+    assert axes[1].get_xlabel() == "feature (8)"
+    with pytest.raises(ValueError, match="rows"):
+        study.plot_matrices({"in": np.ones((3, 4))}, ["a", "b"], "ffn")

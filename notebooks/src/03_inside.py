@@ -41,7 +41,7 @@ import tensorflow as tf
 from transformer import Translator, create_padding_mask, masked_loss, positional_encoding
 from transformer.plot import plot_attention_weights
 from transformer.plot.diagrams import plot_multi_head_diagram, plot_transformer_architecture
-from transformer.plot.study import plot_label_smoothing, plot_layer_checks
+from transformer.plot.study import plot_label_smoothing, plot_layer_checks, plot_matrices
 from transformer.run import RunConfig, train
 
 # TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite.
@@ -217,6 +217,9 @@ def feed_forward(ffn, x):
 check("feed-forward", feed_forward(layer1.ffn, x), layer1.ffn(x_library[None])[0])
 hidden = np.maximum(0, x @ weights_of(layer1.ffn.dense1)[0] + weights_of(layer1.ffn.dense1)[1])  # (n, dff)
 print(f"{(hidden == 0).mean():.0%} of the {cfg.dff} hidden units are 0 after the ReLU, on this sentence")
+plot_matrices({"input x": x, f"hidden max(0, x W1 + b1): {cfg.dff} units": hidden,
+               "output FFN(x)": feed_forward(layer1.ffn, x)}, source_tokens,
+              "The first encoder layer's feed-forward network, position by position")
 
 # %% [markdown]
 # ## 5. Residual connection and layer normalisation (§3.1)
@@ -242,6 +245,8 @@ check("residual + layer norm", layer_norm(block.layernorm, x + out_hand), block(
 after = layer_norm(block.layernorm, x + out_hand)
 print(f"per-position std of the features: {(x + out_hand).std(axis=-1).mean():.2f} before the "
       f"normalisation, {after.std(axis=-1).mean():.2f} after (γ and β are learnt)")
+plot_matrices({"x": x, "x + MultiHead(x)": x + out_hand, "LayerNorm(x + MultiHead(x))": after},
+              source_tokens, "Residual connection and layer normalisation, first encoder layer")
 
 # %% [markdown]
 # ## 6. An encoder layer and a decoder layer (§3.1)

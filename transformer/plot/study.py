@@ -38,6 +38,7 @@ __all__ = [
     "plot_label_smoothing",
     "plot_layer_checks",
     "plot_linear_map",
+    "plot_matrices",
     "plot_position_similarity",
     "plot_query_walkthrough",
     "plot_shuffled_outputs",
@@ -384,6 +385,41 @@ def plot_shuffled_outputs(tokens, outputs, order: Sequence[int], shuffled_output
 
 
 # ------------------------------------------------------- the model opened up
+
+
+def plot_matrices(panels: Mapping[str, object], row_labels, title: str,
+                  xlabel: str = "feature") -> Figure:
+    """Matrices with one row per token, side by side (e.g. a sublayer's input,
+    hidden activations and output), each with its own zero-centred colour scale.
+
+    Args:
+        panels: `{panel title: (tokens, width) array}`, in the order to draw.
+        row_labels: the tokens, one per row of every matrix.
+        title: the figure's title.
+        xlabel: the label of every x-axis.
+
+    Returns:
+        The figure.
+    """
+    labels = _as_tokens(row_labels, "row_labels")
+    if not panels:
+        raise _invalid("panels", "a non-empty mapping", "{}")
+    arrays = {name: _matrix(value, "panels", "2-D arrays (tokens, width)") for name, value in panels.items()}
+    for name, array in arrays.items():
+        if len(array) != len(labels):
+            raise _invalid("panels", f"{len(labels)} rows, one per token", f"{name!r} with {len(array)}")
+    fig = _new_figure((4.6 * len(arrays) + 1.0, 1.6 + 0.3 * len(labels)))
+    axes = fig.subplots(1, len(arrays), squeeze=False)[0]
+    for ax, (name, array) in zip(axes, arrays.items(), strict=True):
+        limit = max(np.abs(array).max(), 1e-12)
+        image = ax.imshow(array, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto",
+                          interpolation="nearest")
+        _set_token_ticks(ax, labels, len(labels), "y")
+        ax.set_xlabel(f"{xlabel} ({array.shape[1]})")
+        ax.set_title(name, fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(title)
+    return fig
 
 
 def plot_layer_checks(differences: Mapping[str, float], tolerance: float = 1e-5) -> Figure:
