@@ -16,7 +16,7 @@
 # 5. masking: padding, look-ahead, and the Keras `attention_mask` pitfall;
 # 6. multi-head attention (§3.2.2, Figure 2 right);
 # 7. the three uses of attention in the model (§3.2.3, Figure 1), on a small trained model;
-# 8. two exercises, with answers.
+# 8. exercises, with answers that run.
 #
 # Each concept comes in the same order: the paper's sentence (section numbers
 # of arXiv v5), the equation, the code (which only calls the library), then a
@@ -417,6 +417,8 @@ assert max(differences) < 1e-5
 # \qquad \operatorname{Var}\!\left(\frac{q\cdot k}{\sqrt{d_k}}\right) = 1$$
 #
 # Measured on random vectors (2,000 queries, each against 16 keys, per $d_k$):
+# unscaled, the largest of a row's weights grows with $d_k$ towards 1; scaled,
+# it stays put. <!-- claim: saturation -->
 
 # %%
 stats = dot_product_statistics((1, 4, 16, 64, 256, 512))
@@ -434,8 +436,7 @@ claim("saturation", stats["max_weight_unscaled"][-1] > 0.9 and np.all(np.diff(st
 
 # %% [markdown]
 # Unscaled logits have a standard deviation of $\sqrt{d_k}$ ($\approx 23$ at
-# $d_k = 512$), and the largest weight of a row climbs towards 1.
-# <!-- claim: saturation --> The softmax's
+# $d_k = 512$), and the largest weight of a row climbs towards 1. The softmax's
 # gradient is the Jacobian $\partial p_i / \partial z_j = p_i(\delta_{ij} - p_j)$,
 # which vanishes as $p$ approaches one-hot. Its average size (Frobenius norm) at
 # three depths:
@@ -888,5 +889,124 @@ lost, added = (list((a - b).elements()) for a, b in ((Counter(known.text.split()
 print(f"words lost: {lost or 'none'}; words added: {added or 'none'}")
 
 # %% [markdown]
+# **3. The temperature of a lookup (attention, §3.2).** Take the tutorial's
+# keys and the query $q = [0, 10, 1]$, which matches key 2 best and key 3 a
+# little. Multiply the query by 0.1, 1 and 10 and print the weights. When is
+# attention a `dict` lookup, and when an average?
+#
+# <details><summary>Answer</summary>
+#
+# Scaling the query scales every score, which is the inverse of a softmax
+# temperature: large scores make the lookup hard (all weight on the best key,
+# a `dict`), small ones make it soft (an average of all the values, uniform at
+# the limit). This is also why the scaling by $\sqrt{d_k}$ matters: it sets
+# the temperature. The cell prints the three rows of weights.
+#
+# </details>
+
+# %%
+for factor in (0.1, 1, 10):
+    _, w = scaled_dot_product_attention(factor * tf.constant([[0, 10, 1]], tf.float32), temp_k, temp_v)
+    print(f"query x {factor:>4}: weights {w.numpy()[0].round(3)}")
+
+# %% [markdown]
+# **4. The offsets compose (positional encoding, §3.5).** With the rotation
+# matrices $M_k$ of section 2, check that $M_j M_k = M_{j+k}$ and that
+# $M_k^\top M_k = I$. What does each say about relative positions?
+#
+# <details><summary>Answer</summary>
+#
+# $M_j M_k = M_{j+k}$: moving by $k$ then by $j$ is moving by $j + k$, so one
+# family of matrices covers every offset. $M_k^\top M_k = I$: each $M_k$ is a
+# rotation, which keeps lengths, so every position's encoding has the same
+# norm and the offset, not the position, sets the dot product of two encodings
+# (section 2's similarity figure). The cell computes both.
+#
+# </details>
+
+# %%
+def rotation(offset):
+    """M_offset: maps PE(p) to PE(p + offset), a 2 x 2 rotation per pair of columns."""
+    m = np.zeros((d, d))
+    for pair, w in enumerate(omega):
+        c_, s_ = np.cos(w * offset), np.sin(w * offset)
+        m[2 * pair:2 * pair + 2, 2 * pair:2 * pair + 2] = [[c_, s_], [-s_, c_]]
+    return m
+
+
+print(f"max |M_2 M_5 - M_7| = {np.abs(rotation(2) @ rotation(5) - rotation(7)).max():.1e}, "
+      f"max |M_5^T M_5 - I| = {np.abs(rotation(5).T @ rotation(5) - np.eye(d)).max():.1e}")
+
+# %% [markdown]
+# **5. Concatenation, then $W^O$ (§3.2.2).** Show that
+# $\mathrm{Concat}(\mathrm{head}_1, \ldots, \mathrm{head}_h)W^O = \sum_i \mathrm{head}_i W^O_i$,
+# where $W^O_i$ is the block of $d_k$ rows of $W^O$ that head $i$'s columns
+# meet, on the trained model's first encoder layer.
+#
+# <details><summary>Answer</summary>
+#
+# A matrix product of a row split into blocks is the sum of the blocks'
+# products. So multi-head attention is $h$ attentions, each with its own
+# output projection $W_i^V W^O_i$ from $d_{model}$ to $d_{model}$, added
+# together. The cell computes both sides from the layer's weights.
+#
+# </details>
+
+# %%
+layer_mha = model.encoder.enc_layers[0].self_attention.mha
+x_embedded = model.encoder.pos_embedding(source_ids)  # (1, n, d_model)
+k_h, v_h = layer_mha.project_keys_values(x_embedded, x_embedded)
+head_outputs, _ = scaled_dot_product_attention(layer_mha.split_heads(layer_mha.wq(x_embedded), 1), k_h, v_h)
+heads_np = head_outputs[0].numpy()  # (h, n, d_k)
+w_o = layer_mha.dense.kernel.numpy()  # (d_model, d_model)
+d_head = layer_mha.depth
+summed = sum(heads_np[i] @ w_o[i * d_head:(i + 1) * d_head] for i in range(layer_mha.num_heads))
+concatenated = layer_mha.combine_heads(head_outputs, 1)[0].numpy() @ w_o
+print(f"max |Concat(heads) W^O - sum_i head_i W^O_i| = {np.abs(concatenated - summed).max():.1e}")
+
+# %% [markdown]
+# **6. A row with no choice (§3.2.3).** In the masked decoder self-attention,
+# which row's weights are the same in every head and every trained model, and
+# why?
+#
+# <details><summary>Answer</summary>
+#
+# The first: the position of `[START]` may only attend to itself, so its one
+# allowed weight is 1 whatever the scores. The cell prints the first row of
+# every head of every decoder layer for the sentence of section 7.
+#
+# </details>
+
+# %%
+for i in range(1, model.config.decoder_layers + 1):
+    print(f"decoder_layer{i}_block1, first row of each head:",
+          weights[f"decoder_layer{i}_block1"][0, :, 0, :3].numpy().round(3).tolist())
+
+# %% [markdown]
+# **7. Why self-attention without projections looks at itself (self-attention, §2).**
+# Section 2 counted the tokens that, with $Q = K = V = X$ and no learned
+# projections, put their largest weight on themselves. Show why from the
+# Cauchy-Schwarz inequality, and print for each token its score with itself
+# and its largest score with another token.
+#
+# <details><summary>Answer</summary>
+#
+# $x_i \cdot x_j \le \|x_i\|\,\|x_j\|$, with equality only when $x_j$ points
+# the same way as $x_i$. So when the rows have similar norms, a token's score
+# with itself, $\|x_i\|^2$, beats its scores with the others; a token loses to
+# another only if that one is both longer and close in direction. That is why
+# self-attention needs the learned $W^Q$ and $W^K$: with them the query and
+# the key of a token are different vectors. The cell prints both scores.
+#
+# </details>
+
+# %%
+rows = model.encoder.pos_embedding(source_ids)[0].numpy()  # (n, d_model): Q = K = V
+scores_xx = rows @ rows.T  # (n, n)
+others = np.where(np.eye(len(rows), dtype=bool), -np.inf, scores_xx).max(axis=1)
+for token, own, other in zip(source_tokens, np.diag(scores_xx), others, strict=True):
+    print(f"{token:>8}: with itself {own:7.1f}, best other {other:7.1f}", "" if own > other else "<- loses")
+
+# %% [markdown]
 # Notebook 02 trains this model step by step, translates with it and looks at
-# more sentences.
+# more sentences; notebook 03 writes every layer of it by hand.
