@@ -353,8 +353,8 @@ assert above_diagonal < 1e-6
 # No mask other than padding: each Portuguese token may look both ways. The
 # cell after the two figures measures each encoder head: how peaked its rows
 # are (the mean of each row's largest weight; 1 is one key per query), and
-# where its rows peak most often: on the token itself, a neighbour, farther,
-# or on `[START]` or `[END]` (a common way for a head to do nearly nothing),
+# where its rows peak most often: on the token itself, a neighbour, a token
+# farther away, or on `[START]` or `[END]` (a common way for a head to do nearly nothing),
 # with how many of the rows do, which need not be a majority. Its last line
 # compares the peaks with those of the encoder-decoder heads above.
 
@@ -370,7 +370,7 @@ def where_rows_peak(head, tokens):
     def place(row, key):
         if tokens[key] in ("[START]", "[END]"):
             return tokens[key]
-        return {0: "itself", -1: "the previous token", 1: "the next token"}.get(key - row, "farther")
+        return {0: "itself", -1: "the previous token", 1: "the next token"}.get(key - row, "a token farther away")
     (kind, count), = Counter(place(row, key) for row, key in enumerate(head.argmax(axis=-1))).most_common(1)
     return f"{kind} ({count} of {len(head)} rows)"
 

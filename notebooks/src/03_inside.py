@@ -38,7 +38,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from transformer import Translator, create_padding_mask, masked_loss, positional_encoding
+from transformer import Translator, masked_loss, positional_encoding
 from transformer.plot import plot_attention_weights
 from transformer.plot.diagrams import plot_multi_head_diagram, plot_transformer_architecture
 from transformer.plot.study import plot_label_smoothing, plot_layer_checks, plot_matrices

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from transformer._validation import check_positive_int
 from transformer.plot._figure import _invalid, _new_figure
@@ -82,6 +82,36 @@ def _check_sizes(**sizes):
 # ------------------------------------------------------------ Figure 1: the model
 
 
+def _column(ax, x, label, tokens, rows, frame, repeat, d_model, width=3.0, height=0.62):
+    """An embedding column of Figure 1 with its stack of layers `rows`
+    [(name, colour, shape)] in a frame `(bottom, top)`; returns the boxes' centres."""
+    _box(ax, x, 0.45, width, 0.5, label, "white")
+    _arrow(ax, (x, 0.7), (x, 1.05))
+    _box(ax, x, 1.35, width, height, "Embedding × √d_model", _EMBED_COLOR)
+    _shape_note(ax, x + width / 2 + 0.1, 1.35, f"(b, {tokens}, {d_model})")
+    _arrow(ax, (x, 1.66), (x, 2.0))
+    ax.add_patch(_circle(x, 2.25))
+    ax.text(x, 2.25, "+", ha="center", va="center", fontsize=11)
+    ax.text(x - width / 2 - 0.1, 2.25, "positional\nencoding ∿", ha="right", va="center",
+            fontsize=8)
+    _arrow(ax, (x, 2.5), (x, frame[0] + 0.25))
+    ax.add_patch(Rectangle((x - width / 2 - 0.3, frame[0]), width + 0.6, frame[1] - frame[0],
+                           facecolor="#f5f5f5", edgecolor="#777777", linewidth=1.0, zorder=0))
+    ax.text(x - width / 2 - 0.45, (frame[0] + frame[1]) / 2, f"{repeat}×", ha="right",
+            va="center", fontsize=12, weight="bold")
+    centres = []
+    y = frame[0] + 0.65
+    for name, colour, shape in rows:
+        _box(ax, x, y, width, height, name, colour)
+        if shape:
+            _shape_note(ax, x + width / 2 + 0.4, y, shape)
+        centres.append(y)
+        y += 0.95 if colour is _NORM_COLOR else 0.82
+    for lower, upper in zip(centres, centres[1:], strict=False):
+        _arrow(ax, (x, lower + height / 2), (x, upper - height / 2))
+    return centres
+
+
 def plot_transformer_architecture(
     num_layers: int,
     d_model: int,
@@ -127,34 +157,6 @@ def plot_transformer_architecture(
     source = f" ({input_vocab_size:,} tokens)" if input_vocab_size else ""
     target = f" ({target_vocab_size:,} tokens)" if target_vocab_size else ""
 
-    def column(x, label, tokens, rows, frame, repeat):
-        """An embedding column with its stack of layers `rows` [(name, colour, shape)]."""
-        _box(ax, x, 0.45, width, 0.5, label, "white")
-        _arrow(ax, (x, 0.7), (x, 1.05))
-        _box(ax, x, 1.35, width, height, "Embedding × √d_model", _EMBED_COLOR)
-        _shape_note(ax, x + width / 2 + 0.1, 1.35, f"(b, {tokens}, {d_model})")
-        _arrow(ax, (x, 1.66), (x, 2.0))
-        ax.add_patch(plt_circle(x, 2.25))
-        ax.text(x - 0.35, 2.25, "+", ha="right", va="center", fontsize=9)
-        ax.text(x - width / 2 - 0.1, 2.25, "positional\nencoding ∿", ha="right", va="center",
-                fontsize=8)
-        _arrow(ax, (x, 2.5), (x, frame[0] + 0.25))
-        ax.add_patch(Rectangle((x - width / 2 - 0.3, frame[0]), width + 0.6, frame[1] - frame[0],
-                               facecolor="#f5f5f5", edgecolor="#777777", linewidth=1.0, zorder=0))
-        ax.text(x - width / 2 - 0.45, (frame[0] + frame[1]) / 2, f"{repeat}×", ha="right",
-                va="center", fontsize=12, weight="bold")
-        centres = []
-        y = frame[0] + 0.65
-        for name, colour, shape in rows:
-            _box(ax, x, y, width, height, name, colour)
-            if shape:
-                _shape_note(ax, x + width / 2 + 0.4, y, shape)
-            centres.append(y)
-            y += 0.95 if colour is _NORM_COLOR else 0.82
-        for lower, upper in zip(centres, centres[1:], strict=False):
-            _arrow(ax, (x, lower + height / 2), (x, upper - height / 2))
-        return centres
-
     enc_rows = [
         ("Multi-Head Attention\n(self, §3.2.3)", ATTENTION_COLORS["encoder self"],
          f"{num_heads} heads × {depth}"),
@@ -173,9 +175,10 @@ def plot_transformer_architecture(
         ("Add & Norm", _NORM_COLOR, f"(b, m, {d_model})"),
     ]
     enc_frame, dec_frame = (3.0, 6.9), (3.0, 8.7)
-    enc = column(enc_x, f"Inputs (b, n){source}", "n", enc_rows, enc_frame, num_layers)
-    dec = column(dec_x, f"Outputs, shifted right (b, m){target}", "m", dec_rows, dec_frame,
-                 num_decoder_layers)
+    enc = _column(ax, enc_x, f"Inputs (b, n){source}", "n", enc_rows, enc_frame, num_layers,
+                  d_model)
+    dec = _column(ax, dec_x, f"Outputs, shifted right (b, m){target}", "m", dec_rows, dec_frame,
+                  num_decoder_layers, d_model)
     # Residual connections: from below each sublayer to its Add & Norm.
     for x, centres in ((enc_x, enc), (dec_x, dec)):
         for i in range(0, len(centres), 2):
@@ -206,10 +209,8 @@ def plot_transformer_architecture(
     return fig
 
 
-def plt_circle(x, y, radius=0.22):
+def _circle(x, y, radius=0.22):
     """The "+" circle where the positional encoding is added (a patch)."""
-    from matplotlib.patches import Circle
-
     return Circle((x, y), radius, facecolor="white", edgecolor="#333333", linewidth=1.0)
 
 

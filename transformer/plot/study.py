@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from transformer.plot._figure import (
     _as_tokens,
@@ -233,8 +234,6 @@ def plot_three_uses(
 
 
 def _hatched(x, y):
-    from matplotlib.patches import Rectangle
-
     return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#bbbbbb",
                      linewidth=0)
 
