@@ -21,7 +21,10 @@
 #
 # Every difference between a hand-written result and the library's is printed
 # beside the code, and the last figure draws them all. NumPy computes in
-# float64 from the float32 weights, so the differences are float32 rounding.
+# float64 from the float32 weights, so the differences are float32 rounding:
+# a cell fails when one exceeds $10^{-5}$ times the largest value compared
+# (or $10^{-5}$ when the values are smaller than 1), and the test suite
+# checks that every difference stored in this notebook is below $10^{-5}$.
 # Dropout is off throughout (`training=False`), as at translation time.
 
 # %%
@@ -55,11 +58,16 @@ checks = {}  # what was written by hand -> its largest difference from the libra
 
 
 def check(name, ours, theirs):
-    """Records and prints max |ours - theirs|, and fails the cell if it exceeds TOLERANCE."""
-    difference = float(np.max(np.abs(np.asarray(ours, np.float64) - np.asarray(theirs, np.float64))))
+    """Records and prints max |ours - theirs|; fails the cell if it exceeds TOLERANCE
+    times the size of the library's values (at least 1), float32's relative precision."""
+    theirs = np.asarray(theirs, np.float64)
+    difference = float(np.max(np.abs(np.asarray(ours, np.float64) - theirs)))
+    scale = max(1.0, float(np.abs(theirs).max()))
     checks[name] = difference
-    print(f"{name}: max |by hand - library| = {difference:.1e}", "(equal)" if difference < TOLERANCE else "(NOT EQUAL)")
-    assert difference < TOLERANCE, name
+    print(f"{name}: max |by hand - library| = {difference:.1e} (largest |value| {scale:.1f})",
+          "(equal)" if difference < TOLERANCE else "(equal up to float32 rounding of large values)"
+          if difference < TOLERANCE * scale else "(NOT EQUAL)")
+    assert difference < TOLERANCE * scale, name
 
 
 print(f"setting: {'quick' if QUICK else 'full'}")
