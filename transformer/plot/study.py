@@ -482,8 +482,13 @@ def plot_label_smoothing(vocab_size: int, label_smoothing: float, shown: int = 1
     target = np.full(shown, label_smoothing / vocab_size)
     target[4] += 1 - label_smoothing
     left.bar(np.arange(shown), target, color=["#c44e52" if i == 4 else "#4c72b0" for i in range(shown)])
+    left.set_yscale("log")
+    left.set_ylim(min(target.min(), 1.0) / 3 if label_smoothing else 1e-6, 2.0)
+    if label_smoothing:
+        left.text(shown - 0.5, target.min() * 1.4, f"every other token: eps / V = {target.min():.1e}",
+                  ha="right", fontsize=8)
     left.set_xlabel(f"token id (first {shown} of {vocab_size})")
-    left.set_ylabel("target probability")
+    left.set_ylabel("target probability (log scale)")
     left.set_title(f"smoothed target, eps = {label_smoothing:g}, right token 4")
     eps = np.linspace(0, 0.3, 61)
     right.plot(eps, [floor(e) for e in eps], color="#4c72b0")
