@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import sys
 import time
@@ -32,8 +33,8 @@ import nbformat
 NOTEBOOKS_DIR = Path(__file__).resolve().parent
 SOURCE_DIR = NOTEBOOKS_DIR / "src"
 # In the order they are meant to be read (and executed: 02 trains the run 01 reuses).
-NAMES = ("01_attention", "02_translate")
-EXECUTION_ORDER = ("02_translate", "01_attention")
+NAMES = ("01_attention", "02_translate", "03_inside")
+EXECUTION_ORDER = ("02_translate", "01_attention", "03_inside")
 KERNEL_NAME = "python3"
 
 _MARKDOWN = "# %% [markdown]"
@@ -166,6 +167,31 @@ def clean_outputs(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return notebook
 
 
+def execution_record(seconds: float) -> dict:
+    """What the notebook's metadata keeps of its execution: setting, time and machine.
+
+    notebooks/README.md quotes these; tests/test_notebooks.py checks that it
+    quotes them right and that the committed notebooks ran in the full setting.
+    """
+    quick = os.environ.get("TRANSFORMER_NOTEBOOK_QUICK") == "1"
+    return {
+        "setting": "quick" if quick else "full",
+        "seconds": round(seconds),
+        "cpu": _cpu_name(),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def sources(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
     """The (cell type, source) pairs of a notebook, what `--check` compares."""
     return [(cell.cell_type, cell.source) for cell in notebook.cells]
@@ -208,7 +234,9 @@ def main(argv=None) -> int:
             print(f"executing {name} ...", flush=True)
             execute(notebook, NOTEBOOKS_DIR)
             clean_outputs(notebook)
-            print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
+            seconds = time.perf_counter() - start
+            notebook.metadata["transformer_execution"] = execution_record(seconds)
+            print(f"  done in {seconds:.0f} s", flush=True)
         target = NOTEBOOKS_DIR / f"{name}.ipynb"
         nbformat.validate(notebook)
         nbformat.write(notebook, target)

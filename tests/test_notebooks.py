@@ -1,5 +1,11 @@
 """The notebooks: built from their sources, committed executed, and they run top to bottom.
 
+The committed notebooks are read for what they claim: they were executed in
+the full setting, every run-dependent claim of their prose (a marker
+`<!-- claim: NAME -->` in a markdown cell) is printed as holding by a code
+cell right after it, the hand-written layers of notebook 03 equal the
+library's, and notebooks/README.md quotes their execution times right.
+
 The committed notebooks are only read. Execution happens on a copy in a
 temporary directory, in the small setting `TRANSFORMER_NOTEBOOK_QUICK=1`
 (a tiny corpus and a few training steps), with the runs written under the
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import time
@@ -78,6 +85,90 @@ def test_committed_notebook_is_executed_with_figures(name):
     assert not errors, f"{path.name} was committed with an error: {errors[0].get('ename')}"
     assert len(figure_cells(notebook)) >= 6, f"{path.name} shows too few figures"
     assert path.stat().st_size < MAX_COMMITTED_BYTES
+
+
+def stream_text(cell: nbformat.NotebookNode) -> str:
+    """What a code cell printed (its stdout and stderr)."""
+    return "".join(output.text for output in cell.get("outputs", []) if output.output_type == "stream")
+
+
+CLAIM_MARKER = re.compile(r"<!-- claim: ([\w-]+) -->")
+CLAIM_LINE = re.compile(r"^claim ([\w-]+): (holds|DOES NOT HOLD)", re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", builder.NAMES)
+def test_committed_notebook_was_executed_in_the_full_setting(name):
+    notebook = committed(name)
+    record = notebook.metadata.get("transformer_execution", {})
+    assert record.get("setting") == "full", f"{name}.ipynb was not executed in the full setting: {record}"
+    printed = "".join(stream_text(cell) for cell in notebook.cells if cell.cell_type == "code")
+    assert "setting: full" in printed and "setting: quick" not in printed
+
+
+def claim_problems(cells) -> dict[str, list[str]]:
+    """The prose claims of `cells` that no code cell right after them (one of
+    the next two) prints as holding, and the printed claims the prose never makes."""
+    made, problems = set(), {"unchecked": [], "contradicted": [], "not in the prose": []}
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            continue
+        for claim in CLAIM_MARKER.findall(cell.source):
+            made.add(claim)
+            following = [c for c in cells[index + 1:] if c.cell_type == "code"][:2]
+            verdicts = dict(CLAIM_LINE.findall("".join(stream_text(c) for c in following)))
+            if claim not in verdicts:
+                problems["unchecked"].append(claim)
+            elif verdicts[claim] != "holds":
+                problems["contradicted"].append(claim)
+    printed = {claim for cell in cells if cell.cell_type == "code"
+               for claim, _ in CLAIM_LINE.findall(stream_text(cell))}
+    problems["not in the prose"] = sorted(printed - made)
+    return {kind: claims for kind, claims in problems.items() if claims}
+
+
+@pytest.mark.parametrize("name", builder.NAMES)
+def test_prose_claims_hold_in_the_committed_outputs(name):
+    """Each claim of the prose is printed as holding by one of the two code cells after it."""
+    assert not claim_problems(committed(name).cells), name
+
+
+def test_claim_check_catches_a_contradicted_or_unchecked_claim():
+    def cells(printed):
+        code = nbformat.v4.new_code_cell("")
+        code.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
+        return [nbformat.v4.new_markdown_cell("x <!-- claim: a -->"), code]
+
+    assert claim_problems(cells("claim a: holds (x)\n")) == {}
+    assert claim_problems(cells("claim a: DOES NOT HOLD (x)\n")) == {"contradicted": ["a"]}
+    assert claim_problems(cells("claim b: holds (x)\n")) == {"unchecked": ["a"],
+                                                              "not in the prose": ["b"]}
+
+
+HAND_WRITTEN = re.compile(r"^(.+): max \|by hand - library\| = (\S+) ", re.MULTILINE)
+
+
+def test_hand_written_layers_equal_the_library_s_on_the_trained_weights():
+    """Notebook 03's stored outputs: multi-head attention, feed-forward, encoder and
+    decoder layers (and the rest) written by hand equal the library's to 1e-5."""
+    printed = "".join(stream_text(cell) for cell in committed("03_inside").cells
+                      if cell.cell_type == "code")
+    differences = {name: float(value) for name, value in HAND_WRITTEN.findall(printed)}
+    for required in ("multi-head attention: output", "multi-head attention: weights", "feed-forward",
+                     "residual + layer norm", "encoder layer", "decoder layer"):
+        assert required in differences, f"notebook 03 prints no check of {required!r}"
+    too_large = {name: value for name, value in differences.items() if not value < 1e-5}
+    assert not too_large, too_large
+
+
+def test_readme_quotes_the_execution_times():
+    """notebooks/README.md gives each notebook's full-setting time as its metadata records it."""
+    readme = (NOTEBOOKS_DIR / "README.md").read_text(encoding="utf-8")
+    for name in builder.NAMES:
+        record = committed(name).metadata["transformer_execution"]
+        row = re.search(rf"^\| `{name}\.ipynb` \| (\d+) s \|", readme, re.MULTILINE)
+        assert row, f"notebooks/README.md has no execution time row for {name}"
+        assert int(row.group(1)) == record["seconds"], (name, row.group(1), record)
+        assert record["cpu"] in readme
 
 
 def test_parse_source_reports_a_bad_markdown_line():

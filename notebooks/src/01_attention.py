@@ -9,18 +9,23 @@
 # `transformer` package:
 #
 # 1. attention as a soft dictionary lookup;
-# 2. self-attention (query, key and value all come from the same input);
-# 3. scaled dot-product attention (paper §3.2.1): why divide by $\sqrt{d_k}$;
+# 2. self-attention (query, key and value all come from the same input), one
+#    query worked step by step, and positional encoding in full (§3.5);
+# 3. scaled dot-product attention (paper §3.2.1, Figure 2 left): why divide by $\sqrt{d_k}$;
 # 4. additive versus dot-product attention (§3.2.1);
 # 5. masking: padding, look-ahead, and the Keras `attention_mask` pitfall;
-# 6. multi-head attention (§3.2.2);
-# 7. the three uses of attention in the model (§3.2.3), on a small trained model;
-# 8. two exercises, with answers.
+# 6. multi-head attention (§3.2.2, Figure 2 right);
+# 7. the three uses of attention in the model (§3.2.3, Figure 1), on a small trained model;
+# 8. exercises, with answers that run.
 #
 # Each concept comes in the same order: the paper's sentence (section numbers
 # of arXiv v5), the equation, the code (which only calls the library), then a
 # figure. Every statement about a result is printed by the code from that
-# result, or checked by an `assert`. The notebook runs offline on a CPU.
+# result, or checked by an `assert`; a statement in the prose that depends on
+# the run is followed by a line `claim NAME: holds` (or `DOES NOT HOLD`) printed
+# by the cell after it, which the test suite reads in the committed notebook.
+# The notebook runs offline on a CPU. Notebook 03 writes the model's layers
+# by hand from the trained weights.
 
 # %%
 import os
@@ -45,6 +50,7 @@ from transformer import (
     create_decoder_mask,
     create_look_ahead_mask,
     create_padding_mask,
+    positional_encoding,
     scaled_dot_product_attention,
     to_keras_attention_mask,
 )
@@ -56,6 +62,20 @@ from transformer.plot import (
     plot_masks,
     plot_positional_encoding,
 )
+from transformer.plot.diagrams import (
+    plot_multi_head_diagram,
+    plot_scaled_dot_product_diagram,
+    plot_transformer_architecture,
+)
+from transformer.plot.study import (
+    plot_attention_costs,
+    plot_linear_map,
+    plot_position_similarity,
+    plot_query_walkthrough,
+    plot_shuffled_outputs,
+    plot_sinusoids,
+    plot_three_uses,
+)
 from transformer.run import RunConfig, train
 
 # TRANSFORMER_NOTEBOOK_QUICK=1 is the small setting of the test suite.
@@ -64,6 +84,14 @@ RUNS = Path(os.environ.get("TRANSFORMER_NOTEBOOK_RUNS") or os.path.relpath((ROOT
 RUN_DIR = RUNS / ("notebook_toy_quick" if QUICK else "notebook_toy")
 keras.utils.set_random_seed(0)
 np.set_printoptions(precision=3, suppress=True)
+
+
+def claim(name, holds, statement):
+    """Prints whether a statement of the prose holds for this run (tests/test_notebooks.py reads it)."""
+    print(f"claim {name}: {'holds' if holds else 'DOES NOT HOLD'} ({statement})")
+
+
+print(f"setting: {'quick' if QUICK else 'full'}")
 
 # %% [markdown]
 # ## 1. Attention as a soft dictionary lookup
@@ -126,7 +154,11 @@ plot_attention_head(
 #
 # The rest of the notebook looks at real embeddings and attention heads: those
 # of notebook 02's toy Portuguese-to-English translator. The next cell loads the
-# run notebook 02 writes, or trains it here with the same settings.
+# run notebook 02 writes, or trains it here with the same settings, and splits
+# a sentence into the model's tokens. The tokenizer is SentencePiece, whose
+# pieces mark the start of a word with `▁`: "▁gato" is the word "gato", a
+# piece without `▁` continues the word before it. `[START]` and `[END]` wrap
+# every sentence.
 
 # %%
 if not (RUN_DIR / "model.keras").is_file():
@@ -180,11 +212,44 @@ plot_attention_head(source_tokens, source_tokens, self_weights[0],
 # for which it wins. To look for something else, a token needs the *different*
 # learned projections $W^Q$, $W^K$, $W^V$ of the model's layers (section 6).
 #
+# ### One query, step by step
+#
+# The output for one token is a weighted sum of the value rows. For the query
+# of "preto": its dot product with every key, the same divided by
+# $\sqrt{d_k}$ (here $d_k = d_{model}$), the softmax of those, each value row
+# times its weight, and their sum, which is the row of "preto" in the output
+# above (the cell checks it):
+#
+# $$\text{output}_i = \sum_j \mathrm{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}}\right) v_j$$
+
+# %%
+i = source_tokens.index("▁preto") if "▁preto" in source_tokens else 1
+x_rows = x[0].numpy()  # (seq_len, d_model): queries, keys and values alike
+dot_products = x_rows @ x_rows[i]  # (seq_len,) = q_i . k_j
+weights_i = tf.nn.softmax(dot_products / np.sqrt(model.config.d_model)).numpy()
+np.testing.assert_allclose(weights_i @ x_rows, output[0, i].numpy(), atol=1e-4)
+print(f"query {source_tokens[i]!r}: weights {weights_i.round(3)}; their weighted sum of the values is "
+      "row", i, "of the output")
+plot_query_walkthrough(source_tokens, dot_products, model.config.d_model, x_rows,
+                       query_label=f"the query of {source_tokens[i]!r} (the trained input embedding)")
+
+# %% [markdown]
+# ### Positional encoding (§3.5)
+#
+# > "Since our model contains no recurrence and no convolution, in order for
+# > the model to make use of the order of the sequence, we must inject some
+# > information about the relative or absolute position of the tokens in the
+# > sequence." (§3.5)
+#
 # Self-attention by itself has no notion of order: permuting the tokens only
-# permutes the output. What tells the two "o"s apart is the positional encoding
-# added to the embedding (§3.5),
-# $PE_{(pos, 2i)} = \sin(pos / 10000^{2i/d_{model}})$,
-# $PE_{(pos, 2i+1)} = \cos(pos / 10000^{2i/d_{model}})$:
+# permutes the output. What tells the two "o"s of the sentence apart is the
+# positional encoding added to the embedding,
+#
+# $$PE_{(pos, 2i)} = \sin(pos / 10000^{2i/d_{model}}), \qquad
+# PE_{(pos, 2i+1)} = \cos(pos / 10000^{2i/d_{model}})$$
+#
+# With it, the rows of the two "o"s differ; with the token embedding alone
+# they are the same row. <!-- claim: two-o -->
 
 # %%
 first_o, second_o = [i for i, token in enumerate(source_tokens) if token == "▁o"]  # `▁` starts a word
@@ -193,7 +258,109 @@ _, no_position_weights = scaled_dot_product_attention(no_position, no_position, 
 for name, w in (("with the positional encoding", self_weights), ("token embedding only", no_position_weights)):
     rows = w[0].numpy()
     print(f"{name:>30}: rows of the two 'o's differ by {np.abs(rows[first_o] - rows[second_o]).max():.3f}")
+gap = {name: np.abs(w[0].numpy()[first_o] - w[0].numpy()[second_o]).max()
+       for name, w in (("with", self_weights), ("without", no_position_weights))}
+claim("two-o", gap["with"] > 1e-3 and gap["without"] < 1e-6,
+      "the two 'o' rows differ with the positional encoding and are equal without it")
 plot_positional_encoding(model.encoder.pos_embedding.pos_encoding)  # (max_length, d_model)
+
+# %% [markdown]
+# Each pair of columns $(2i, 2i+1)$ is a sine and a cosine of the same
+# frequency, $1/10000^{2i/d_{model}}$: "the wavelengths form a geometric
+# progression from $2\pi$ to $10000 \cdot 2\pi$" (§3.5). The heatmap above
+# drawn column by column, for a few columns of this model's $d_{model}$:
+
+# %%
+pe = positional_encoding(model.config.max_length, model.config.d_model)  # (max_length, d_model)
+d = model.config.d_model
+plot_sinusoids(pe, [0, 1, 8, 9, d // 2, d - 2, d - 1])
+
+# %% [markdown]
+# How alike are two positions? The dot product $PE_p \cdot PE_q$ is a sum of
+# $\sin\sin + \cos\cos = \cos(\omega_i (p - q))$ terms, so it depends only on
+# the distance $p - q$ and is largest at distance 0; the figure's right panel
+# draws it from several starting positions. <!-- claim: offset-only -->
+
+# %%
+similarity = pe @ pe.T  # (max_length, max_length)
+half = len(pe) // 2
+offsets_from = np.array([[similarity[p, p + k] for k in range(half)] for p in range(half)])  # (start, offset)
+spread = np.abs(offsets_from - offsets_from[0]).max()
+print(f"PE(p).PE(p+k) over starts p < {half} and offsets k < {half}: differs from the p = 0 curve by at most "
+      f"{spread:.1e}; largest off the diagonal: {(similarity - np.diag(np.diag(similarity))).max():.2f}, "
+      f"on it: {similarity[0, 0]:.2f}")
+claim("offset-only", spread < 1e-3 and (similarity - 1e9 * np.eye(len(pe))).max() < similarity[0, 0],
+      "PE(p).PE(p+k) depends on k only, and a position is most like itself")
+plot_position_similarity(pe)
+
+# %% [markdown]
+# The paper's reason for sinusoids: "we hypothesized it would allow the model
+# to easily learn to attend by relative positions, since for any fixed offset
+# $k$, $PE_{pos+k}$ can be represented as a linear function of $PE_{pos}$"
+# (§3.5). The linear function is a rotation of each (sine, cosine) pair by the
+# angle $\omega_i k$:
+#
+# $$\begin{pmatrix}\sin \omega_i(p+k) \\ \cos \omega_i(p+k)\end{pmatrix} =
+# \begin{pmatrix}\cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k\end{pmatrix}
+# \begin{pmatrix}\sin \omega_i p \\ \cos \omega_i p\end{pmatrix}$$
+#
+# One matrix $M_k$, the same for every position. The cell builds it for
+# $k = 3$, checks that $M_k PE_p = PE_{p+k}$ at every position, and also finds
+# a matrix from the encodings alone by least squares, which predicts as well.
+# <!-- claim: linear-map -->
+
+# %%
+k_offset = 3
+omega = 1 / 10000 ** (np.arange(0, d, 2) / d)  # (d/2,) one frequency per pair of columns
+M = np.zeros((d, d))
+for pair, w in enumerate(omega):
+    c, s_ = np.cos(w * k_offset), np.sin(w * k_offset)
+    M[2 * pair:2 * pair + 2, 2 * pair:2 * pair + 2] = [[c, s_], [-s_, c]]
+predicted = pe[:-k_offset] @ M.T  # row p: M @ PE_p
+fitted, *_ = np.linalg.lstsq(pe[:-k_offset].astype(np.float64), pe[k_offset:].astype(np.float64), rcond=None)
+errors = {"the rotation matrix": np.abs(predicted - pe[k_offset:]).max(),
+          "least squares": np.abs(pe[:-k_offset] @ fitted - pe[k_offset:]).max()}
+for name, error in errors.items():
+    print(f"{name:>20}: max |M PE(p) - PE(p + {k_offset})| over {len(pe) - k_offset} positions = {error:.1e}")
+claim("linear-map", max(errors.values()) < 1e-4, f"one matrix maps PE(p) to PE(p+{k_offset}) at every position")
+plot_linear_map(M, f"M for k = {k_offset}: 2 x 2 rotations on the diagonal (first 16 columns)")
+
+# %% [markdown]
+# Without positions, order is invisible beyond the two "o"s: shuffle the words
+# of the sentence, "o gato preto come o bolo" becoming "o bolo preto come o
+# gato" (a black cake eating the cat), and run the trained encoder's layers on
+# the token embeddings without the positional encoding. Each output row is
+# the same as before, only in the shuffled order; with the positional encoding
+# the rows change. <!-- claim: shuffle-blind -->
+
+# %%
+inner = list(range(1, len(source_tokens) - 1))  # keep [START] and [END] in place
+words = [source_tokens[j] for j in inner]
+order = ([0, *[inner[words.index(w)] for w in ("▁o", "▁bolo", "▁preto", "▁come")], inner[4], inner[1],
+          len(source_tokens) - 1] if words == ["▁o", "▁gato", "▁preto", "▁come", "▁o", "▁bolo"]
+         else [0, *inner[::-1], len(source_tokens) - 1])  # another sentence: reversed
+shuffled_ids = tf.gather(source_ids, order, axis=1)  # (1, seq_len)
+
+
+def encoder_layers(x):
+    """The trained encoder's layers on an embedded input (no dropout)."""
+    for layer in model.encoder.enc_layers:
+        x, _ = layer(x, training=False)
+    return x[0].numpy()  # (seq_len, d_model)
+
+
+embed = model.encoder.pos_embedding
+results = {}
+for name, make in (("without positions", lambda ids: embed.embedding(ids) * np.sqrt(d)),
+                   ("with positions", embed)):
+    original, shuffled = encoder_layers(make(source_ids)), encoder_layers(make(shuffled_ids))
+    results[name] = (original, shuffled, np.abs(shuffled - original[order]).max())
+    print(f"{name:>18}: max |output(shuffled) - shuffled(output)| = {results[name][2]:.1e}")
+print("shuffled sentence:", " ".join(source_tokens[j] for j in order))
+claim("shuffle-blind", results["without positions"][2] < 1e-4 < results["with positions"][2],
+      "without positions the encoder's outputs are only shuffled; with them they change")
+plot_shuffled_outputs(source_tokens, results["without positions"][0], order, results["without positions"][1],
+                      title="The trained encoder without positional encoding: shuffled words, shuffled outputs")
 
 # %% [markdown]
 # ## 3. Scaled dot-product attention: why divide by $\sqrt{d_k}$ (§3.2.1)
@@ -205,6 +372,13 @@ plot_positional_encoding(model.encoder.pos_embedding.pos_encoding)  # (max_lengt
 # > divide each by $\sqrt{d_k}$, and apply a softmax function to obtain the
 # > weights on the values." (§3.2.1)
 #
+# The paper's Figure 2 (left) draws it as a pipeline; here with the shapes of
+# one head of the trained model's encoder self-attention on the sentence above:
+
+# %%
+plot_scaled_dot_product_diagram(len(source_tokens), len(source_tokens), model.config.d_model // model.config.num_heads)
+
+# %% [markdown]
 # That is all of it. In NumPy, with this project's mask convention (1 = may not
 # attend), it is five lines; below it is checked against the library's
 # `scaled_dot_product_attention` on random inputs shaped like one layer's heads.
@@ -243,6 +417,8 @@ assert max(differences) < 1e-5
 # \qquad \operatorname{Var}\!\left(\frac{q\cdot k}{\sqrt{d_k}}\right) = 1$$
 #
 # Measured on random vectors (2,000 queries, each against 16 keys, per $d_k$):
+# unscaled, the largest of a row's weights grows with $d_k$ towards 1; scaled,
+# it stays put. <!-- claim: saturation -->
 
 # %%
 stats = dot_product_statistics((1, 4, 16, 64, 256, 512))
@@ -255,6 +431,8 @@ print(f"var(q.k) / d_k is {ratio.min():.2f} to {ratio.max():.2f}; var(q.k / sqrt
       f"{stats['variance_scaled'].min():.2f} to {stats['variance_scaled'].max():.2f}. At d_k = 512 the "
       f"largest of 16 weights averages {stats['max_weight_unscaled'][-1]:.2f} unscaled, "
       f"{stats['max_weight_scaled'][-1]:.2f} scaled.")
+claim("saturation", stats["max_weight_unscaled"][-1] > 0.9 and np.all(np.diff(stats["max_weight_unscaled"]) > 0),
+      "unscaled, the largest weight of a row grows with d_k towards 1")
 
 # %% [markdown]
 # Unscaled logits have a standard deviation of $\sqrt{d_k}$ ($\approx 23$ at
@@ -296,7 +474,9 @@ plot_dot_product_variance()
 # For $n$ queries, $m$ keys and hidden width $d_a = d_k$, both cost
 # $O(n\,m\,d_k)$ multiply-adds, but additive attention builds an
 # $n \times m \times d_a$ tensor of `tanh` inputs, dot-product attention one
-# matrix product with an $n \times m$ result. Both timed on this CPU:
+# matrix product with an $n \times m$ result. Both timed on this CPU, first at
+# one size, then over $d_k$ in the figure below; dot-product attention is the
+# faster at every $d_k$ measured. <!-- claim: dot-faster -->
 
 # %%
 n = m = 256
@@ -321,6 +501,43 @@ print(f"largest tensor dot-product: {n * m:>10,}   additive: {n * m * d_a:>10,} 
 seconds = [min(timeit.repeat(f, number=10, repeat=5)) / 10 for f in (dot_product_scores, additive_scores)]
 print(f"time per call      dot-product: {seconds[0] * 1e3:7.3f} ms   additive: {seconds[1] * 1e3:7.3f} ms "
       f"({seconds[1] / seconds[0]:.0f}x)")
+
+# %% [markdown]
+# The paper adds: "While for small values of $d_k$ the two mechanisms perform
+# similarly, additive attention outperforms dot product attention without
+# scaling for larger values of $d_k$" (§3.2.1). Additive scores pass through
+# `tanh`, bounded by 1 before the final $v^\top$; with the usual
+# initialisation ($v$ and $W$ of variance one over their input width) they do
+# not grow with $d_k$, and neither does the softmax's peak, while unscaled dot
+# products saturate it. The figure measures both effects: time per call over
+# $d_k$ (left, 128 queries and 128 keys), and the mean largest weight of 16
+# keys (right, random unit-variance queries and keys).
+
+# %%
+d_ks = (16, 64, 256)
+costs = {"dot-product": [], "additive": []}
+peaks = {"additive": []}
+for d_k in d_ks:
+    rng = np.random.default_rng(d_k)
+    q, k = (tf.constant(rng.standard_normal((128, d_k)), tf.float32) for _ in range(2))  # (128, d_k)
+    w_q, w_k = (tf.constant(rng.standard_normal((d_k, d_k)) / np.sqrt(d_k), tf.float32) for _ in range(2))
+    v_a = tf.constant(rng.standard_normal((d_k,)) / np.sqrt(d_k), tf.float32)  # (d_a,)
+    d_a = d_k
+    for name, f in (("dot-product", dot_product_scores), ("additive", additive_scores)):
+        costs[name].append(min(timeit.repeat(f, number=5, repeat=3)) / 5)
+    # Peaks: 500 queries against 16 keys each.
+    qs, ks = rng.standard_normal((500, d_k)), rng.standard_normal((500, 16, d_k))
+    hidden = np.tanh((qs @ w_q.numpy())[:, None, :] + ks @ w_k.numpy())  # (500, 16, d_a)
+    peaks["additive"].append(tf.nn.softmax(hidden @ v_a.numpy()).numpy().max(-1).mean())
+peak_stats = dot_product_statistics(d_ks)
+peaks = {"dot-product, unscaled": peak_stats["max_weight_unscaled"],
+         "dot-product, scaled": peak_stats["max_weight_scaled"], **peaks}
+for j, d_k in enumerate(d_ks):
+    print(f"d_k={d_k:3d}: dot-product {costs['dot-product'][j] * 1e3:.3f} ms, additive {costs['additive'][j] * 1e3:.3f} ms; "
+          "largest weight " + ", ".join(f"{name} {values[j]:.2f}" for name, values in peaks.items()))
+claim("dot-faster", all(a > b for a, b in zip(costs["additive"], costs["dot-product"], strict=True)),
+      "dot-product scores are faster than additive ones at every d_k measured")
+plot_attention_costs(d_ks, costs, peaks)
 
 # %% [markdown]
 # ## 5. Masking
@@ -438,6 +655,8 @@ for name, tensor in (("input y", y), ("wq(y)", mha.wq(y)),
                      ("attention output per head", heads_out), ("combine_heads (Concat)", concat),
                      ("dense (W^O): the layer output", mha.dense(concat)), ("mha(y, y, y)", out)):
     print(f"{name:<52} {tuple(tensor.shape)}")
+np.testing.assert_allclose(mha.dense(concat), out, atol=1e-5)  # the steps are the layer
+plot_multi_head_diagram(512, 8, 60)
 
 # %% [markdown]
 # The parameters are the four `d_model x d_model` projections whatever $h$ is,
@@ -481,19 +700,36 @@ for name, key_dim in (("Keras, key_dim = d_model // num_heads", 64), ("Keras, ke
 # > different representation subspaces at different positions. With a single
 # > attention head, averaging inhibits this." (§3.2.2)
 #
-# Each head has its own projections, so it has its own attention pattern: the
-# figures of the next section draw every head of the trained model side by side.
+# Each head has its own projections, so it *can* have its own attention
+# pattern. Whether the trained heads do is a question for the data: the next
+# section draws every head of the trained model side by side and measures how
+# different they are.
 #
 # ## 7. The three uses of attention in the model (§3.2.3)
 #
 # > "The Transformer uses multi-head attention in three different ways" (§3.2.3)
+#
+# Figure 1 of the paper, drawn with this model's sizes, places them: the
+# encoder's self-attention (yellow), the decoder's masked self-attention
+# (red) and the encoder-decoder attention between them (orange).
+
+# %%
+c = model.config
+plot_transformer_architecture(c.num_layers, c.d_model, c.num_heads, c.dff,
+                              int(translator.tokenizers.source.get_vocab_size()),
+                              int(translator.tokenizers.target.get_vocab_size()),
+                              num_decoder_layers=c.decoder_layers)
+
+# %% [markdown]
 #
 # The subsections follow the paper's order: encoder-decoder attention, encoder
 # self-attention, masked decoder self-attention. To see each with its real
 # inputs, run the model once with teacher forcing, as in training: the encoder
 # gets the Portuguese tokens, the decoder the English reference shifted right
 # (`[START]` first, no final `[END]`), and the model returns every layer's
-# attention weights.
+# attention weights. In every figure of a decoder attention below, the
+# rows (queries) are labelled with the token the decoder position predicts;
+# the columns of the decoder's self-attention are its input tokens.
 
 # %%
 target_ids, target_tokens = tokenize("the black cat eats the cake", translator.tokenizers.target)
@@ -567,7 +803,39 @@ plot_attention_weights(source_tokens, source_tokens, weights, layer_name=f"encod
 block1 = weights["decoder_layer1_block1"].numpy()  # (1, heads, target_len, target_len)
 print("largest weight above the diagonal:", np.triu(block1, k=1).max())
 assert np.triu(block1, k=1).max() < 1e-6
-plot_attention_weights(decoder_input_tokens, decoder_input_tokens, block1, layer_name="decoder_layer1_block1")
+plot_attention_weights(decoder_input_tokens, labels, block1, layer_name="decoder_layer1_block1")
+
+# %% [markdown]
+# ### The three side by side
+#
+# One sentence pair, the last layer of each kind, the mean of its heads, in
+# the paper's order. The hatched cells of the masked self-attention are the
+# future, which the look-ahead mask hides.
+
+# %%
+last = c.num_layers
+plot_three_uses(source_tokens, labels, decoder_input_tokens,
+                encoder_self=weights[f"encoder_layer{last}"][0].numpy().mean(0),
+                decoder_self=weights[f"decoder_layer{c.decoder_layers}_block1"][0].numpy().mean(0),
+                encoder_decoder=weights[f"decoder_layer{c.decoder_layers}_block2"][0].numpy().mean(0),
+                description=f"last layers, mean of the {c.num_heads} heads")
+
+# %% [markdown]
+# ### Do the heads differ?
+#
+# For each layer and kind of attention, the mean distance between the rows of
+# two heads, over every pair of heads: half the sum of the absolute
+# differences of two rows of weights, 0 when two heads attend alike, 1 when
+# they attend to disjoint tokens. Whether the heads of this run differ is
+# what the cell prints; nothing in the training asks them to.
+
+# %%
+for name, w in weights.items():
+    heads = w[0].numpy()  # (heads, queries, keys)
+    pairs = [(a, b) for a in range(len(heads)) for b in range(a + 1, len(heads))]
+    distance = [0.5 * np.abs(heads[a] - heads[b]).sum(-1).mean() for a, b in pairs]
+    print(f"{name:>22}: mean distance between heads {np.mean(distance):.2f} "
+          f"(closest pair {min(distance):.2f}, farthest {max(distance):.2f})")
 
 # %% [markdown]
 # ## 8. Exercises
@@ -621,5 +889,124 @@ lost, added = (list((a - b).elements()) for a, b in ((Counter(known.text.split()
 print(f"words lost: {lost or 'none'}; words added: {added or 'none'}")
 
 # %% [markdown]
+# **3. The temperature of a lookup (attention, §3.2).** Take the tutorial's
+# keys and the query $q = [0, 10, 1]$, which matches key 2 best and key 3 a
+# little. Multiply the query by 0.1, 1 and 10 and print the weights. When is
+# attention a `dict` lookup, and when an average?
+#
+# <details><summary>Answer</summary>
+#
+# Scaling the query scales every score, which is the inverse of a softmax
+# temperature: large scores make the lookup hard (all weight on the best key,
+# a `dict`), small ones make it soft (an average of all the values, uniform at
+# the limit). This is also why the scaling by $\sqrt{d_k}$ matters: it sets
+# the temperature. The cell prints the three rows of weights.
+#
+# </details>
+
+# %%
+for factor in (0.1, 1, 10):
+    _, w = scaled_dot_product_attention(factor * tf.constant([[0, 10, 1]], tf.float32), temp_k, temp_v)
+    print(f"query x {factor:>4}: weights {w.numpy()[0].round(3)}")
+
+# %% [markdown]
+# **4. The offsets compose (positional encoding, §3.5).** With the rotation
+# matrices $M_k$ of section 2, check that $M_j M_k = M_{j+k}$ and that
+# $M_k^\top M_k = I$. What does each say about relative positions?
+#
+# <details><summary>Answer</summary>
+#
+# $M_j M_k = M_{j+k}$: moving by $k$ then by $j$ is moving by $j + k$, so one
+# family of matrices covers every offset. $M_k^\top M_k = I$: each $M_k$ is a
+# rotation, which keeps lengths, so every position's encoding has the same
+# norm and the offset, not the position, sets the dot product of two encodings
+# (section 2's similarity figure). The cell computes both.
+#
+# </details>
+
+# %%
+def rotation(offset):
+    """M_offset: maps PE(p) to PE(p + offset), a 2 x 2 rotation per pair of columns."""
+    m = np.zeros((d, d))
+    for pair, w in enumerate(omega):
+        c_, s_ = np.cos(w * offset), np.sin(w * offset)
+        m[2 * pair:2 * pair + 2, 2 * pair:2 * pair + 2] = [[c_, s_], [-s_, c_]]
+    return m
+
+
+print(f"max |M_2 M_5 - M_7| = {np.abs(rotation(2) @ rotation(5) - rotation(7)).max():.1e}, "
+      f"max |M_5^T M_5 - I| = {np.abs(rotation(5).T @ rotation(5) - np.eye(d)).max():.1e}")
+
+# %% [markdown]
+# **5. Concatenation, then $W^O$ (§3.2.2).** Show that
+# $\mathrm{Concat}(\mathrm{head}_1, \ldots, \mathrm{head}_h)W^O = \sum_i \mathrm{head}_i W^O_i$,
+# where $W^O_i$ is the block of $d_k$ rows of $W^O$ that head $i$'s columns
+# meet, on the trained model's first encoder layer.
+#
+# <details><summary>Answer</summary>
+#
+# A matrix product of a row split into blocks is the sum of the blocks'
+# products. So multi-head attention is $h$ attentions, each with its own
+# output projection $W_i^V W^O_i$ from $d_{model}$ to $d_{model}$, added
+# together. The cell computes both sides from the layer's weights.
+#
+# </details>
+
+# %%
+layer_mha = model.encoder.enc_layers[0].self_attention.mha
+x_embedded = model.encoder.pos_embedding(source_ids)  # (1, n, d_model)
+k_h, v_h = layer_mha.project_keys_values(x_embedded, x_embedded)
+head_outputs, _ = scaled_dot_product_attention(layer_mha.split_heads(layer_mha.wq(x_embedded), 1), k_h, v_h)
+heads_np = head_outputs[0].numpy()  # (h, n, d_k)
+w_o = layer_mha.dense.kernel.numpy()  # (d_model, d_model)
+d_head = layer_mha.depth
+summed = sum(heads_np[i] @ w_o[i * d_head:(i + 1) * d_head] for i in range(layer_mha.num_heads))
+concatenated = layer_mha.combine_heads(head_outputs, 1)[0].numpy() @ w_o
+print(f"max |Concat(heads) W^O - sum_i head_i W^O_i| = {np.abs(concatenated - summed).max():.1e}")
+
+# %% [markdown]
+# **6. A row with no choice (§3.2.3).** In the masked decoder self-attention,
+# which row's weights are the same in every head and every trained model, and
+# why?
+#
+# <details><summary>Answer</summary>
+#
+# The first: the position of `[START]` may only attend to itself, so its one
+# allowed weight is 1 whatever the scores. The cell prints the first row of
+# every head of every decoder layer for the sentence of section 7.
+#
+# </details>
+
+# %%
+for i in range(1, model.config.decoder_layers + 1):
+    print(f"decoder_layer{i}_block1, first row of each head:",
+          weights[f"decoder_layer{i}_block1"][0, :, 0, :3].numpy().round(3).tolist())
+
+# %% [markdown]
+# **7. Why self-attention without projections looks at itself (self-attention, §2).**
+# Section 2 counted the tokens that, with $Q = K = V = X$ and no learned
+# projections, put their largest weight on themselves. Show why from the
+# Cauchy-Schwarz inequality, and print for each token its score with itself
+# and its largest score with another token.
+#
+# <details><summary>Answer</summary>
+#
+# $x_i \cdot x_j \le \|x_i\|\,\|x_j\|$, with equality only when $x_j$ points
+# the same way as $x_i$. So when the rows have similar norms, a token's score
+# with itself, $\|x_i\|^2$, beats its scores with the others; a token loses to
+# another only if that one is both longer and close in direction. That is why
+# self-attention needs the learned $W^Q$ and $W^K$: with them the query and
+# the key of a token are different vectors. The cell prints both scores.
+#
+# </details>
+
+# %%
+rows = model.encoder.pos_embedding(source_ids)[0].numpy()  # (n, d_model): Q = K = V
+scores_xx = rows @ rows.T  # (n, n)
+others = np.where(np.eye(len(rows), dtype=bool), -np.inf, scores_xx).max(axis=1)
+for token, own, other in zip(source_tokens, np.diag(scores_xx), others, strict=True):
+    print(f"{token:>8}: with itself {own:7.1f}, best other {other:7.1f}", "" if own > other else "<- loses")
+
+# %% [markdown]
 # Notebook 02 trains this model step by step, translates with it and looks at
-# more sentences.
+# more sentences; notebook 03 writes every layer of it by hand.

@@ -62,6 +62,7 @@ logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
 logging.getLogger("tensorflow").setLevel(logging.ERROR)
 keras.utils.set_random_seed(0)
 np.set_printoptions(precision=2, suppress=True)
+print(f"setting: {'quick' if QUICK else 'full'}")
 
 # %% [markdown]
 # ## 1. The toy corpus
@@ -96,7 +97,7 @@ for source, target in corpus.train[:8]:
 # $$lrate = d_{model}^{-0.5} \cdot \min(step\_num^{-0.5},\ step\_num \cdot warmup\_steps^{-1.5})$$
 #
 # The paper warms up for 4,000 of its 100,000 steps. The toy run is much
-# shorter, and warms up for the number of steps printed below the figure.
+# shorter, and warms up for the number of steps printed above the figure.
 
 # %%
 if QUICK:
@@ -268,7 +269,8 @@ plot_attention_weights(in_tokens, out_tokens, weights, layer_name=f"decoder_laye
 
 # %% [markdown]
 # The head that puts the most weight on the word-for-word alignment
-# (the → o, black → preto, cat → gato), by itself. In general a word may be
+# (the → o, black → preto, cat → gato, sleeps → dorme: the four pairs scored
+# below), by itself. In general a word may be
 # several subword tokens (`▁` starts a word), so a head's score for a pair of
 # words is the weight its rows for the English word give to the Portuguese
 # word's tokens. The title names the key each of the rows "black" and "cat"
@@ -309,8 +311,9 @@ plot_attention_head(in_tokens, out_tokens, cross[best], title=f"decoder_layer{la
                     + ", ".join(f"{en} → {pt}" for en, pt in peaks.items()))
 
 # %% [markdown]
-# A longer sentence with two swaps: the adjective and noun, and the possessor
-# "da menina" that moves to the front as "the girl's".
+# A longer sentence with three swaps: two adjectives and their nouns ("homem
+# velho", old man; "carro vermelho", red car), and the possessor "da menina"
+# that moves to the front as "the girl's".
 
 # %%
 long = results[-1]
@@ -326,13 +329,15 @@ plot_attention_weights(long.input_tokens, long.tokens[1:], long.attention_weight
 # > auto-regressive property." (§3.2.3)
 #
 # The decoder's queries, keys and values are its own input, the right-shifted
-# translation (`[START]` and the tokens so far). The look-ahead mask leaves the
-# upper triangle empty, no row looking at a later column; the `assert` checks it
-# for every decoder layer and head.
+# translation (`[START]` and the tokens so far). As in section 5, each row is
+# labelled with the token its position predicts; the columns are the decoder's
+# input tokens. The look-ahead mask leaves the upper triangle empty, no row
+# looking at a later column; the `assert` checks it for every decoder layer
+# and head.
 
 # %%
 decoder_inputs = tokens[:-1]  # [START] and the tokens before the last
-plot_attention_weights(decoder_inputs, decoder_inputs, weights, layer_name="decoder_layer1_block1")
+plot_attention_weights(decoder_inputs, out_tokens, weights, layer_name="decoder_layer1_block1")
 
 # %%
 above_diagonal = max(float(np.triu(weights[f"decoder_layer{i}_block1"], k=1).max()) for i in range(1, last + 1))
@@ -348,9 +353,10 @@ assert above_diagonal < 1e-6
 # No mask other than padding: each Portuguese token may look both ways. The
 # cell after the two figures measures each encoder head: how peaked its rows
 # are (the mean of each row's largest weight; 1 is one key per query), and
-# where most of its rows peak: on the token itself, a neighbour, farther, or on
-# `[START]` or `[END]` (a common way for a head to do nearly nothing). Its last
-# line compares the peaks with those of the encoder-decoder heads above.
+# where its rows peak most often: on the token itself, a neighbour, a token
+# farther away, or on `[START]` or `[END]` (a common way for a head to do nearly nothing),
+# with how many of the rows do, which need not be a majority. Its last line
+# compares the peaks with those of the encoder-decoder heads above.
 
 # %%
 plot_attention_weights(in_tokens, in_tokens, weights, layer_name="encoder_layer1")
@@ -360,11 +366,11 @@ plot_attention_weights(in_tokens, in_tokens, weights, layer_name=f"encoder_layer
 
 # %%
 def where_rows_peak(head, tokens):
-    """Where most rows of a self-attention head (queries, keys) put their largest weight."""
+    """Where the rows of a self-attention head (queries, keys) most often put their largest weight."""
     def place(row, key):
         if tokens[key] in ("[START]", "[END]"):
             return tokens[key]
-        return {0: "itself", -1: "the previous token", 1: "the next token"}.get(key - row, "farther")
+        return {0: "itself", -1: "the previous token", 1: "the next token"}.get(key - row, "a token farther away")
     (kind, count), = Counter(place(row, key) for row, key in enumerate(head.argmax(axis=-1))).most_common(1)
     return f"{kind} ({count} of {len(head)} rows)"
 
@@ -372,7 +378,7 @@ def where_rows_peak(head, tokens):
 for i in range(1, last + 1):
     for h, head in enumerate(weights[f"encoder_layer{i}"]):  # (queries, keys)
         print(f"encoder_layer{i}, head {h + 1}: peak weight {head.max(axis=-1).mean():.2f}, "
-              f"most rows peak on {where_rows_peak(head, in_tokens)}")
+              f"rows peak most often on {where_rows_peak(head, in_tokens)}")
 mean_peak = {kind: np.mean([weights[f"{prefix}{i}{suffix}"].max(axis=-1).mean() for i in range(1, last + 1)])
              for kind, prefix, suffix in (("encoder self-attention", "encoder_layer", ""),
                                           ("encoder-decoder attention", "decoder_layer", "_block2"))}
