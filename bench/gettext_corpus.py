@@ -23,19 +23,27 @@ counts of the splits. `--mixed` also writes all languages in one corpus,
 - newlines, tabs and runs of white space become one space on both sides;
 - keyboard accelerators go from both sides (`accelerators`): the marker `_`
   (GTK), `&` (Qt, KDE) or `~` (LibreOffice) when the English has it once,
-  before a letter, outside an entity (`&amp;`) and outside a word written the
-  same in the translation (`file_name`, a name, is kept); in the translation
-  its first such marker goes, or a trailing "(_F)" as the Chinese, Japanese
-  and Korean catalogs write it ("ファイル(_F)..." gives "ファイル...");
+  before a letter (`_` and `&` also before a digit), not after `%`, outside an
+  entity (`&amp;`) and, for `_`, outside a word written the same in the
+  translation (`file_name`, a name, is kept); a doubled marker (`&&`) is a
+  literal and becomes single when the pair had an accelerator; in the translation
+  its first such marker goes, or else an "(_F)" as the Chinese, Japanese
+  and Korean catalogs write it ("ファイル(_F)..." gives "ファイル..."), which
+  also goes when the English has no accelerator;
+- in a translation, a KDE script (what follows `|/|`) goes;
 - format strings (`%s`, `{0}`, `%(name)s`) and markup stay as they are;
 - an entry with an empty translation, or one equal to the English (not
-  translated), is left out; so are identical pairs after the first (one
-  language's pairs are a set; the same English with two translations stays).
+  translated), is left out; so are the translator credits (`CREDITS`), settings
+  written as messages ("calendar:week_start:0") and messages without a word of
+  two letters outside their format fields (dates such as "%d.%m.%Y", "%s: %s");
+- identical pairs after the first go (a language's pairs are a set; the same
+  English with two translations stays). The mixed corpus is the set of all
+  languages' pairs.
 
 Catalog folders name their language `de`, `pt_BR` or `pt-BR`; `-` counts as
 `_`, and a language takes only the folders of its exact name (`de`, not
 `de_CH` or `de@hebrew`). The splits go by the SHA-256 of the English string:
-a fraction `--share` (default 1.5%) of the positions each for test and
+a fraction `--share` (default 1%) of the positions each for test and
 validation, the rest for training, so the same English message is in one split
 only, in every language and in the mixed corpus, whatever the package list.
 Each file's lines are in the order of a hash of the pair (a fixed shuffle).
@@ -112,7 +120,17 @@ _CATALOG = re.compile(r"(?:^|/)([^/]+)/LC_MESSAGES/[^/]+\.mo$")
 _ENTITY = re.compile(r"&(?:[A-Za-z]+|#\d+|#x[0-9A-Fa-f]+);")
 _SPACE = re.compile(r"\s+")
 _LETTER = r"[^\W\d_]"
+_SUFFIX = {marker: re.compile(rf"\s*[(（]{re.escape(marker)}[A-Za-z0-9][)）]")
+           for marker in ACCELERATORS}
 _MO_MAGIC = 0x950412DE
+# Entries whose translation is the translators' names and addresses (GNOME, KDE).
+CREDITS = {"translator-credits", "translator_credits", "translator credits", "Your names",
+           "Your emails"}
+# Settings written as messages ("calendar:week_start:0", "tips-locale:C").
+_KEY = re.compile(r"[a-z][\w-]*(?::[\w-]+)+")
+# printf, strftime and Python format fields; a message has a word of 2 letters beside them.
+_FORMAT = re.compile(r"%(?:\d+\$)?[-#0 +']*\d*(?:\.\d+)?[hlLqjztI]*[A-Za-z%]|\{[^{}]*\}")
+_WORD = re.compile(r"[^\W\d_]{2}")
 
 
 class CorpusError(Exception):
@@ -169,11 +187,12 @@ def _one_line(text: str) -> str:
 
 def _markers(text: str, marker: str) -> list[int]:
     """Where `marker` stands as an accelerator: single (a doubled one is a literal),
-    before a letter (or, for `_` and `&`, a digit) and not starting an entity."""
+    before a letter (or, for `_` and `&`, a digit), not after `%` (`%_H`, a strftime
+    field) and not starting an entity."""
     escaped = re.escape(marker)
     follows = _LETTER if marker == "~" else r"[^\W_]"
     return [match.start() for match in
-            re.finditer(rf"(?<!{escaped}){escaped}(?={follows})", text)
+            re.finditer(rf"(?<![{escaped}%]){escaped}(?={follows})", text)
             if not (marker == "&" and _ENTITY.match(text, match.start()))]
 
 
@@ -195,17 +214,18 @@ def accelerators(english: str, translation: str) -> tuple[str, str]:
             continue
         at = found[0]
         word = _word_at(english, at)
-        if not word.startswith(marker) and re.search(
+        if marker == "_" and not word.startswith(marker) and re.search(
                 rf"(?<!\w){re.escape(word)}(?!\w)", translation):
             return english, translation  # a name such as file_name, in both
         english = english[:at] + english[at + 1:]
-        suffix = re.compile(rf"\s*[(（]{re.escape(marker)}[^\W_][)）]")
-        if suffix.search(translation):
-            translation = suffix.sub("", translation, count=1)
+        if _SUFFIX[marker].search(translation):
+            translation = _SUFFIX[marker].sub("", translation, count=1)
         elif theirs := _markers(translation, marker):
             translation = translation[:theirs[0]] + translation[theirs[0] + 1:]
         double = marker * 2
         return english.replace(double, marker), translation.replace(double, marker)
+    for suffix in _SUFFIX.values():  # the English without one, the translation with one
+        translation = suffix.sub("", translation, count=1)
     return english, translation
 
 
@@ -217,12 +237,18 @@ def message_pairs(entries, skipped: collections.Counter | None = None):
         if msgid == "":
             continue
         english = msgid.split("\x04", 1)[-1].split("\x00", 1)[0]
-        translation = msgstr.split("\x00", 1)[0]
+        translation = msgstr.split("\x00", 1)[0].split("|/|", 1)[0]
         english, translation = accelerators(_one_line(english), _one_line(translation))
         if not english or not translation:
             skipped["empty"] += 1
         elif translation == english:
             skipped["untranslated"] += 1
+        elif english in CREDITS:
+            skipped["credits"] += 1
+        elif _KEY.fullmatch(english):
+            skipped["keys"] += 1
+        elif not _WORD.search(_FORMAT.sub(" ", english)):
+            skipped["no words"] += 1
         else:
             yield translation, english
 
@@ -519,9 +545,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="read extracted packages (one folder each) instead of downloading")
     parser.add_argument("--mixed", action="store_true",
                         help="also write all languages in one corpus, <output>/mul-en")
-    parser.add_argument("--share", type=float, default=0.015,
+    parser.add_argument("--share", type=float, default=0.01,
                         help="fraction of the English strings in each of valid and test "
-                             "(default 0.015)")
+                             "(default 0.01)")
     args = parser.parse_args(argv)
     if not 0 < args.share < 0.5:
         parser.error(f"--share must be between 0 and 0.5, got {args.share}")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+# Paths in a .deb start with "./".
+ROOT = "./"
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gettext_corpus.py"
 
 _spec = importlib.util.spec_from_file_location("gettext_corpus", SCRIPT)
@@ -52,6 +54,10 @@ GERMAN = {
     "OK": "OK",  # untranslated
     "Cancel": "",  # empty
     "Save": "Speichern",
+    "Hide %1": "Verbergen %1|/|Verbergen $[lowercase %1]",  # a KDE script
+    "translator-credits": "Hans Müller",  # names
+    "calendar:week_start:0": "calendar:week_start:1",  # a setting
+    "%Y-%m-%d": "%d.%m.%Y",  # no words
 }
 GERMAN_PAIRS = [
     ("Datei", "File"),
@@ -60,6 +66,7 @@ GERMAN_PAIRS = [
     ("%d Datei", "%d file"),
     ("Zeile eins Zeile zwei", "Line one line two"),
     ("Speichern", "Save"),
+    ("Verbergen %1", "Hide %1"),
 ]
 
 
@@ -86,7 +93,7 @@ def test_entries_become_pairs_by_the_rules():
     skipped = collections.Counter()
     pairs = list(corpus.message_pairs(corpus.parse_mo(mo_bytes(GERMAN)), skipped))
     assert sorted(pairs) == sorted(GERMAN_PAIRS)
-    assert skipped == {"untranslated": 1, "empty": 1}
+    assert skipped == {"untranslated": 1, "empty": 1, "credits": 1, "keys": 1, "no words": 1}
 
 
 @pytest.mark.parametrize("english, translation, expected", [
@@ -99,11 +106,14 @@ def test_entries_become_pairs_by_the_rules():
     ("&Toggle Locks && Visibility", "Sperren && Sichtbarkeit &umschalten",
      ("Toggle Locks & Visibility", "Sperren & Sichtbarkeit umschalten")),
     ("_Quit", "Beenden", ("Quit", "Beenden")),  # no marker in the translation
+    ("Download", "ダウンロード(&D)", ("Download", "ダウンロード")),  # none in the English
     # Not accelerators: an entity, a name in both, two markers, a path, none.
     ("Save &amp; Quit", "Speichern &amp; Beenden", None),
     ("file_name is %s", "file_name ist %s", None),
     ("_Fit to _Width", "_An _Breite anpassen", None),
     ("~/Documents", "~/Dokumente", None),
+    ("%_H hour", "%_H Stunde", None),
+    ("Plu&gins", "Plu&gins", ("Plugins", "Plugins")),
     ("Tom & Jerry", "Tom & Jerry", None),
 ])
 def test_accelerators_go_from_both_sides(english, translation, expected):
@@ -113,7 +123,7 @@ def test_accelerators_go_from_both_sides(english, translation, expected):
 def test_catalog_language_from_the_folder():
     assert corpus.catalog_language("usr/share/locale/de/LC_MESSAGES/gtk30.mo") == "de"
     assert corpus.catalog_language(
-        "./usr/lib/libreoffice/program/resource/pt-BR/LC_MESSAGES/sw.mo") == "pt_BR"
+        ROOT + "usr/lib/libreoffice/program/resource/pt-BR/LC_MESSAGES/sw.mo") == "pt_BR"
     assert corpus.catalog_language("usr/share/locale/de/LC_TIME/x.mo") is None
     assert corpus.catalog_language("usr/share/doc/de/x.mo") is None
 
@@ -174,12 +184,12 @@ def test_build_writes_each_language_and_the_manifest(trees, tmp_path, capsys):
     mixed = sorted(pair for rows in _read(out / "mul-en").values() for pair in rows)
     assert mixed == sorted(pairs + portuguese)
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["pairs_by_package"] == {"pkg-a": {"de": 6}, "pkg-b": {"de": 306, "pt_BR": 3}}
+    assert manifest["pairs_by_package"] == {"pkg-a": {"de": 7}, "pkg-b": {"de": 307, "pt_BR": 3}}
     assert manifest["catalogs"]["unreadable catalogs"] == 1
     assert manifest["splits"]["de-en"] == {name: len(rows) for name, rows in german.items()}
     assert not (out / "fr-en").exists()
     printed = capsys.readouterr().out
-    assert "de-en: 306 pairs" in printed and "no pairs for fr" in printed
+    assert "de-en: 307 pairs" in printed and "no pairs for fr" in printed
 
 
 def test_build_is_deterministic_and_no_english_string_is_in_two_splits(trees, tmp_path):
@@ -193,7 +203,7 @@ def test_build_is_deterministic_and_no_english_string_is_in_two_splits(trees, tm
         outputs.append(_read(tmp_path / name / "de-en"))
     assert outputs[0] == outputs[1]
     english = {name: {pair[1] for pair in rows} for name, rows in outputs[0].items()}
-    assert sum(len(rows) for rows in outputs[0].values()) == 606
+    assert sum(len(rows) for rows in outputs[0].values()) == 607
     assert not english["train"] & english["valid"]
     assert not english["train"] & english["test"]
     assert not english["valid"] & english["test"]
@@ -237,7 +247,7 @@ def deb_bytes(package: str, version: str, files: dict[str, bytes]) -> bytes:
     """A .deb: an ar archive of debian-binary, control.tar.gz and data.tar.xz."""
     control = f"Package: {package}\nVersion: {version}\nArchitecture: all\n".encode()
     members = [("debian-binary", b"2.0\n"),
-               ("control.tar.gz", _tar({"./control": control}, "gz")),
+               ("control.tar.gz", _tar({ROOT + "control": control}, "gz")),
                ("data.tar.xz", _tar(files, "xz"))]
     out = b"!<arch>\n"
     for name, data in members:
@@ -249,9 +259,9 @@ def deb_bytes(package: str, version: str, files: dict[str, bytes]) -> bytes:
 def test_deb_reader_finds_the_catalogs_and_the_version(tmp_path):
     deb = tmp_path / "x.deb"
     deb.write_bytes(deb_bytes("demo-l10n", "1:2.0-1", {
-        "./usr/share/locale/de/LC_MESSAGES/demo.mo": mo_bytes(GERMAN),
-        "./usr/share/locale/fr/LC_MESSAGES/demo.mo": mo_bytes({"Save": "Enregistrer"}),
-        "./usr/share/doc/demo-l10n/copyright": b"free"}))
+        ROOT + "usr/share/locale/de/LC_MESSAGES/demo.mo": mo_bytes(GERMAN),
+        ROOT + "usr/share/locale/fr/LC_MESSAGES/demo.mo": mo_bytes({"Save": "Enregistrer"}),
+        ROOT + "usr/share/doc/demo-l10n/copyright": b"free"}))
     assert corpus.deb_control(deb) == {"Package": "demo-l10n", "Version": "1:2.0-1",
                                        "Architecture": "all"}
     found = dict(corpus.catalogs_in_deb(deb, {"fr"}))
@@ -268,7 +278,7 @@ def fake_apt(tmp_path, monkeypatch):
     repo.mkdir()
     bin_dir.mkdir()
     (repo / "good-l10n_1.0_all.deb").write_bytes(deb_bytes("good-l10n", "1.0", {
-        "./usr/share/locale/de/LC_MESSAGES/good.mo": mo_bytes(MANY)}))
+        ROOT + "usr/share/locale/de/LC_MESSAGES/good.mo": mo_bytes(MANY)}))
     script = bin_dir / "apt-get"
     script.write_text(f"""#!/bin/sh
 shift  # download
