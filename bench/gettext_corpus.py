@@ -5,16 +5,19 @@ Programs translated with gettext ship compiled catalogs (`.mo` files, in
 folders); in each entry the msgid is the English string of the source code and
 the msgstr its translation, so every catalog of a language is a list of
 `translation<TAB>English` pairs. This script downloads a pinned list of Debian
-packages (`PACKAGES`, from Debian RELEASE; `--packages` replaces it) with
+packages (`PACKAGES`, from Debian 12 "bookworm", `RELEASE`; `--packages`
+replaces it) with
 `apt-get download` into a cache (`--cache`; a .deb already there is reused, so
 an interrupted build resumes), reads their catalogs in Python (no extraction to
 disk, no dependency beyond the standard library) and writes, for each language:
 
     <output>/<lang>-en/train.tsv, valid.tsv, test.tsv
 
-and `<output>/manifest.json`: the Debian release, each package's version,
-architecture and SHA-256, the pairs each package gave each language, and the
-counts of the splits. `--mixed` also writes all languages in one corpus,
+and `<output>/manifest.json`: the command, the Debian release of the list and
+of the system (a warning when they differ: names and versions may too), each
+package's version, architecture and SHA-256, the pairs each package gave each
+language, what was left out and the counts of the splits. `--trees DIR` reads
+extracted packages (a folder each) instead of downloading. `--mixed` also writes all languages in one corpus,
 `<output>/mul-en/`. How an entry becomes a pair:
 
 - the header (empty msgid) is not a message; a context (`ctxt\\x04msgid`) goes;
@@ -53,13 +56,33 @@ others are downloaded (the corpus is defined by its list: leave the package
 out with `--packages` to go on without it). Errors are one line on stderr with
 exit status 1.
 
-Example (on Debian 12, with apt's package lists up to date):
+Example (on Debian 12, with apt's package lists up to date; the measure below):
 
     apt-get update
-    python bench/gettext_corpus.py --output data/gettext --cache data/debs
+    taskset -c 0 python bench/gettext_corpus.py --output data/gettext \\
+        --cache data/debs --mixed
 
-Measured on 2026-12-06 (Debian 12 archive; 2 CPU cores, one used): 0 packages,
-0 MB of .deb files, 0 pairs.
+Measured on 2026-12-06, from an empty cache: 105 packages,
+290 MB of .deb files downloaded in 11 s; 2,934 catalogs read in 6.5 minutes
+(69 s of CPU on one core shared with other work; xz decompression is most of
+it); 0.74 GB of memory at most; 241 MB written (121 MB of it `mul-en`). Pairs
+(train / valid / test):
+
+    de-en     183,487  (179,792 / 1,860 / 1,835)
+    fr-en     207,011  (202,875 / 2,072 / 2,064)
+    es-en     186,158  (182,492 / 1,834 / 1,832)
+    it-en     160,067  (156,892 / 1,570 / 1,605)
+    pt_BR-en  148,982  (146,000 / 1,485 / 1,497)
+    ru-en     189,665  (185,897 / 1,891 / 1,877)
+    ja-en     142,551  (139,710 / 1,432 / 1,409)
+    zh_CN-en  170,393  (167,012 / 1,696 / 1,685)
+    total   1,388,314; mul-en 1,377,563 (the same pair in two languages once),
+            214,180 English strings
+
+Left out: 104,885 untranslated entries, 3,730 without words, 1,015 credits,
+155 empty, 83 settings. Other languages are about as well covered by these
+packages (a first count, before the last filters and without LibreOffice: uk
+170,000 pairs, sv 161,000, pl 155,000, tr 141,000, nl 138,000).
 """
 
 from __future__ import annotations
