@@ -508,7 +508,7 @@ def build(args: argparse.Namespace) -> dict:
                 **deb_control(deb), "file": deb.name,
                 "sha256": _sha256(deb)})
         sources = [(entry["Package"], _reading(deb, number, len(debs), args.languages))
-                   for number, (deb, entry) in enumerate(zip(debs, manifest["packages"]), 1)]
+                   for number, (deb, entry) in enumerate(zip(debs, manifest["packages"], strict=True), 1)]
     pairs, by_source, counts = collect(sources, args.languages)
     manifest["pairs_by_package"] = by_source
     manifest["catalogs"] = dict(counts)
