@@ -24,7 +24,7 @@ writes them).
 `--cores-speed` measures instead each size's training steps on one core and
 on `--both-cores` (one process, TensorFlow's threads over them), in float32
 and mixed_bfloat16, at a batch of `--pairs` pairs of `--length` tokens, a
-process each (`transformer.run.sizing.step_seconds`), and writes the target
+process each (`transformer.run.calibration.step_seconds`), and writes the target
 tokens a second and the ratio of the two (`--json`):
 
     python bench/model_sizes.py --cores-speed --sizes small tutorial medium large \
@@ -162,8 +162,8 @@ def step_worker(args) -> int:
     import keras
 
     from transformer.model_config import PRESETS
+    from transformer.run.calibration import step_seconds
     from transformer.run.recipes import default_model
-    from transformer.run.sizing import step_seconds
 
     keras.mixed_precision.set_global_policy(args.precision)
     model = default_model(args.sizes[0], data="corpus.tsv", tie_embeddings=True)

@@ -187,8 +187,10 @@ def test_calibrate_times_real_steps(monkeypatch):
     for name, width in (("one_layer_16", 16), ("one_layer_64", 64)):
         monkeypatch.setitem(PRESETS, name, TransformerConfig(
             num_layers=1, d_model=width, num_heads=2, dff=4 * width, max_length=32))
-    monkeypatch.setattr(sizing, "CALIBRATION_PRESETS", ("one_layer_16", "one_layer_64"))
-    monkeypatch.setattr(sizing, "CALIBRATION_STEPS", 2)
+    from transformer.run import calibration
+
+    monkeypatch.setattr(calibration, "CALIBRATION_PRESETS", ("one_layer_16", "one_layer_64"))
+    monkeypatch.setattr(calibration, "CALIBRATION_STEPS", 2)
     config = RunConfig(data="pairs.tsv", precision="float32", time_budget=60.0, batch_tokens=96)
     points = []
     real_from_two = Speed.from_two
@@ -198,7 +200,7 @@ def test_calibrate_times_real_steps(monkeypatch):
         return real_from_two(found, batch_tokens)
 
     monkeypatch.setattr(Speed, "from_two", staticmethod(recorded))
-    speed = sizing.calibrate(config, 200, 8.0)
+    speed = calibration.calibrate(config, 200, 8.0)
     assert len(points) == 2 and all(seconds > 0 for _, seconds in points)
     assert points[1][0] > points[0][0]  # the wider size costs more a token
     assert speed.step_seconds >= 0 and speed.seconds_per_cost > 0

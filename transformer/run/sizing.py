@@ -13,7 +13,8 @@ al., 2022: parameters grow with the tokens a run can train on); the constants
 are fitted to BLEU against minutes for each size on the development corpora
 (BENCHMARKS.md, "The budget chooses the model").
 
-The machine's speed is measured at the start of the run (`calibrate`): a few
+The machine's speed is measured at the start of the run
+(`transformer.run.calibration.calibrate`): a few
 training steps of two sizes at the run's batch shape and precision give a
 step's fixed cost and its cost per multiply-add (`Speed`), from which every
 size's tokens a second follow (`token_cost`). The choice, the calibration and
@@ -23,19 +24,16 @@ resume keeps the model; the log says what was chosen and why in one line.
 Without a time budget the run is sized by its epochs and trains the
 `REFERENCE_PRESET`; a multi-worker run does too, since its workers would each
 measure their own speed. Any model option or `--preset` overrides the rule.
-Plain Python but `calibrate`, which imports TensorFlow when called.
+Plain Python (no TensorFlow at import); the measurement itself is
+`transformer.run.calibration`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import time
 from typing import Any
 
 from transformer.model_config import PRESETS, TransformerConfig
-
-logger = logging.getLogger(__name__)
 
 # The recipe's preset of a real corpus: this module chooses the size.
 AUTO_PRESET = "auto"
@@ -45,9 +43,6 @@ REFERENCE_PRESET = "tutorial"
 # The sizes the rule chooses from, smallest first: each has more body
 # parameters and costs more a token than the one before.
 SIZE_LADDER = ("small", "tutorial", "medium", "large")
-# The second size `calibrate` times, so that the speed of the others is
-# interpolated (or extrapolated) between two measured points.
-CALIBRATION_PRESETS = (REFERENCE_PRESET, "medium")
 # A size is trained when the budget gives it at least this many target tokens
 # per body parameter (fitted: BENCHMARKS.md, "The budget chooses the model").
 TOKENS_PER_PARAMETER = 0.5
@@ -55,10 +50,6 @@ TOKENS_PER_PARAMETER = 0.5
 # token of the corpus: the largest ratio measured to gain (a larger model on
 # fewer tokens is beyond what was measured).
 MAX_PARAMETERS_PER_CORPUS_TOKEN = 25.0
-# Timed steps of each calibrated size, after `CALIBRATION_WARMUP` untimed ones
-# (the first traces the step).
-CALIBRATION_STEPS = 6
-CALIBRATION_WARMUP = 2
 
 
 def body_parameters(model: TransformerConfig) -> int:
@@ -102,7 +93,7 @@ def token_cost(model: TransformerConfig, vocab_size: int, mean_tokens: float) ->
     `mean_tokens` keys (the encoder's, the decoder's own and the cross-attention).
 
     >>> round(token_cost(PRESETS["tutorial"], 4000, 20) / 1e6, 2)
-    2.37
+    2.41
     """
     d = model.d_model
     attention = 2 * mean_tokens * d * (model.num_layers + 2 * model.decoder_layers)
@@ -194,7 +185,8 @@ def size_rule(config, speed: Speed | None, vocab_size: int, mean_tokens: float,
 
     Args:
         config: the run's `RunConfig`, its batches and precision resolved.
-        speed: this machine's `Speed` (`calibrate`), or None where the rule does
+        speed: this machine's `Speed` (`transformer.run.calibration.calibrate`), or
+            None where the rule does
             not measure (no time budget, a multi-worker run).
         vocab_size: the target vocabulary's size.
         mean_tokens: the mean padded length of a training pair.
@@ -218,50 +210,3 @@ def size_rule(config, speed: Speed | None, vocab_size: int, mean_tokens: float,
               "max_parameters_per_corpus_token": MAX_PARAMETERS_PER_CORPUS_TOKEN,
               "corpus_tokens": int(corpus_tokens)}
     return chosen, record
-
-
-def step_seconds(model: TransformerConfig, vocab_size: int, pairs: int, length: int,
-                 steps: int | None = None, seed: int = 0) -> float:
-    """The mean time of `steps` (default `CALIBRATION_STEPS`) training steps (after
-    `CALIBRATION_WARMUP` untimed ones) of `model` on random batches of `pairs` pairs of `length` tokens, in
-    the global dtype policy. Imports TensorFlow."""
-    import keras
-    import numpy as np
-
-    from transformer.model import build_model
-    from transformer.training import MaskedLoss
-
-    steps = steps or CALIBRATION_STEPS
-    rng = np.random.default_rng(seed)
-    source = rng.integers(4, vocab_size, (pairs, length))
-    target = rng.integers(4, vocab_size, (pairs, length + 1))
-    built = build_model(model, vocab_size, vocab_size)
-    built.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())
-    inputs, labels = (source, target[:, :-1]), target[:, 1:]
-    for _ in range(CALIBRATION_WARMUP):
-        built.train_on_batch(inputs, labels)
-    started = time.perf_counter()
-    for _ in range(steps):
-        built.train_on_batch(inputs, labels)
-    return (time.perf_counter() - started) / steps
-
-
-def calibrate(config, vocab_size: int, mean_tokens: float) -> Speed:
-    """Times `CALIBRATION_STEPS` training steps of each of `CALIBRATION_PRESETS`
-    at the run's batch shape and precision (random tokens; the run's RNG is
-    seeded again before its own model is built) and returns the `Speed` through
-    them. About ten seconds on one CPU core, before training starts."""
-    import keras
-
-    logger.info("Measuring this machine's training speed for the size rule (%s, a few "
-                "steps each).", " and ".join(CALIBRATION_PRESETS))
-    keras.mixed_precision.set_global_policy(config.precision)
-    length = max(2, round(mean_tokens))
-    pairs = max(1, (config.batch_tokens or config.batch_size * length) // length)
-    points = []
-    for preset in CALIBRATION_PRESETS:
-        model = candidate_model(preset, config.model)
-        seconds = step_seconds(model, vocab_size, pairs, length, seed=config.seed)
-        points.append((token_cost(model, vocab_size, mean_tokens), seconds))
-    keras.backend.clear_session()  # the trainer sets its seed and precision again
-    return Speed.from_two(points, pairs * length)

@@ -38,6 +38,7 @@ from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
 from transformer.run.allocator import use_fast_allocators
 from transformer.run.best import KeepBest, ValidateMovingAverage, read_best, restore_best
+from transformer.run.calibration import calibrate
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
@@ -66,7 +67,6 @@ from transformer.run.evaluation import Evaluation, evaluate
 from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
-from transformer.run.sizing import calibrate
 from transformer.run.token_files import tokenizers_digest, training_tokens
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
