@@ -94,7 +94,8 @@ def load_engine(run_dir, engine: str = "tensorflow", quantization: str | None = 
         report: see `ctranslate2_model`.
 
     Returns:
-        A callable whose `max_length` None is each engine's default output cap.
+        A callable whose `max_length` None is each engine's default output cap;
+        the TensorFlow engine decodes at most the model's `max_length` tokens.
 
     Raises:
         ValueError: an unknown engine, or a quantization without "ctranslate2".
@@ -112,8 +113,11 @@ def load_engine(run_dir, engine: str = "tensorflow", quantization: str | None = 
     if quantization is not None:
         raise ValueError("A quantization is for the ctranslate2 engine.")
     translator = tensorflow_translator(run_dir)
+    model_length = int(translator.transformer.config.max_length)
 
     def decode(sentences, search, max_length):
+        if max_length is not None:  # the model's own cap, without a warning per call
+            max_length = min(max_length, model_length)
         return translator(list(sentences), max_length=max_length, return_attention=False,
                           search=search)
     return decode
