@@ -7,6 +7,9 @@ test sentence each until `--requests` are answered or `--seconds` have passed,
 and reports sentences a second and the p50 and p99 latency. The reference,
 in its own process on the server's cores: the same engine called directly
 on the same sentences, one at a time and in batches of `--max-batch`.
+`--server-repo DIR` starts the server of another checkout (such as an older
+commit's, `git worktree add DIR COMMIT`), to compare two servers under the
+same load and the same reference.
 
     python bench/decode_speed.py serve --run RUN --test ui-es-en/test.tsv --name ui
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +34,8 @@ def _post(url: str, sentence: str) -> float:
     """Seconds one request took; raises on any answer but 200."""
     body = json.dumps({"text": sentence}).encode()
     started = time.perf_counter()
-    request = urllib.request.Request(url, data=body, method="POST")
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         if response.status != 200:
             raise BenchError(f"the server answered {response.status}")
@@ -79,11 +84,12 @@ def load(url: str, sentences: list[str], clients: int, requests: int, seconds: f
 
 def direct_worker(args) -> dict:
     """The engine called in this process: one sentence a call, then batches."""
-    from transformer.serve import load_engine, request_search
+    from transformer.engines import load_engine
+    from transformer.search_options import SearchOptions, search_strategy
 
     sentences = [source for source, _ in read_pairs(args.test, args.requests)]
     engine = load_engine(args.run, args.engine)
-    search = request_search({}, args.run)
+    search = search_strategy(SearchOptions(), args.run)  # the server's default search
     engine(sentences[:4], search, None)  # traced before it is timed
     started = time.perf_counter()
     for sentence in sentences:
@@ -106,7 +112,9 @@ def driver(args) -> int:
     command = pinned([sys.executable, "-m", "transformer.cli.serve", str(run), "--port",
                       "0", "--engine", args.engine, "--max-batch", str(args.max_batch)],
                      args.server_cores)
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    server_repo = (args.server_repo or REPO).resolve()
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=server_repo,
+                              env={**os.environ, "PYTHONPATH": str(server_repo)})
     try:
         line = server.stdout.readline()
         if not line.startswith("Serving "):
@@ -129,7 +137,8 @@ def driver(args) -> int:
     write_json(RESULTS / f"{name}.json", {
         "machine_before": before, "machine_after": machine(), "engine": args.engine,
         "server_cores": args.server_cores, "client_cores": args.client_cores,
-        "max_batch": args.max_batch, "loads": loads, "direct": direct,
+        "max_batch": args.max_batch, "server_repo": str(args.server_repo or "this checkout"),
+        "loads": loads, "direct": direct,
         "command": "python bench/decode_speed.py serve " + " ".join(sys.argv[2:])})
     return 0
 
@@ -148,6 +157,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-cores", default="0")
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--name", default="", help="suffix of the results file")
+    parser.add_argument("--server-repo", type=Path, default=None, metavar="DIR",
+                        help="start the server of this checkout (default: this one)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -155,7 +166,5 @@ def run(args, parser=None) -> int:
     if args.worker:
         print(json.dumps(direct_worker(args)))
         return 0
-    import os
-
     os.sched_setaffinity(0, {int(core) for core in str(args.client_cores).split(",")})
     return driver(args)

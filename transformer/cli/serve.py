@@ -76,23 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=ENDPOINTS, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="the run directory train.py wrote")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default: 127.0.0.1, this machine only;\n"
+                        help="address to listen on (default: 127.0.0.1, this machine only; "
                              "0.0.0.0 for every interface, best behind a reverse proxy)")
     parser.add_argument("--port", type=int, default=8080,
                         help="port to listen on; 0 for any free one (default: 8080)")
     parser.add_argument("--engine", choices=ENGINES, default="tensorflow",
-                        help="tensorflow (the run's model) or ctranslate2 (its export,\n"
+                        help="tensorflow (the run's model) or ctranslate2 (its export, "
                              "converted once; pip install '.[ctranslate2]')")
     parser.add_argument("--quantization", choices=CLI_QUANTIZATIONS, default=None,
                         help="with --engine ctranslate2: the weights' type (default float32)")
     parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                        help="a key clients must send (Authorization: Bearer KEY or\n"
+                        help="a key clients must send (Authorization: Bearer KEY or "
                              "X-API-Key: KEY) on every path but /health; may be repeated")
     parser.add_argument("--api-key-file", type=Path, default=None, metavar="FILE",
                         help="read the keys from FILE, one a line (keeps them out of `ps`)")
     parser.add_argument("--allowed-origins", default="", metavar="ORIGINS",
-                        help="comma-separated browser origins (https://host:port, or *)\n"
-                             "that may call the server (CORS); by default a request with\n"
+                        help="comma-separated browser origins (https://host:port, or *) "
+                             "that may call the server (CORS); by default a request with "
                              "an Origin header is refused (403)")
     _batching_arguments(parser)
     _limits_arguments(parser)
@@ -103,15 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _batching_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("batching and connections")
     group.add_argument("--max-batch", type=positive_int, default=32, metavar="N",
-                       help="sentences of the requests waiting together decoded in one\n"
+                       help="sentences of the requests waiting together decoded in one "
                             "call (default: 32)")
     group.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                       help="how long a request waits for others to share its call\n"
+                       help="how long a request waits for others to share its call "
                             "(default: 5)")
     group.add_argument("--max-connections", type=positive_int, default=512, metavar="N",
                        help="connections served at once; more get a 503 (default: 512)")
     group.add_argument("--body-timeout", type=positive_float, default=10.0, metavar="SECONDS",
-                       help="seconds a request's body may take to arrive; then 408\n"
+                       help="seconds a request's headers (then the connection is closed) "
+                            "and its body (then 408) may each take to arrive "
                             "(default: 10)")
 
 
@@ -165,6 +166,7 @@ def main(argv=None) -> int:
 
     server = serving_server.make_server(app, args.max_connections,
                                         graceful_seconds=settings.limits.timeout + 5,
+                                        header_seconds=args.body_timeout,
                                         on_ready=ready)
     serving_server.serve(server, sock)
     return 0

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = ["make_server", "serve"]
 
@@ -37,8 +38,40 @@ class _Server(uvicorn.Server):
             self.on_ready()
 
 
+class _HeaderDeadline(HttpToolsProtocol):
+    """uvicorn's httptools protocol, which also closes a connection whose request
+    line and headers take longer than `header_seconds` to arrive (a slow client
+    holding a connection, the "slowloris" attack, or an HTTP/0.9 request, which
+    has no headers), counted from the connection's start or its last answer."""
+
+    header_seconds = 10.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._deadline = self.loop.call_later(self.header_seconds, self._headers_late)
+
+    def on_headers_complete(self) -> None:
+        self._deadline.cancel()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._deadline.cancel()
+        if not self.transport.is_closing():
+            self._deadline = self.loop.call_later(self.header_seconds, self._headers_late)
+
+    def connection_lost(self, exc) -> None:
+        self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _headers_late(self) -> None:
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if not answering and not self.transport.is_closing():
+            self.transport.close()
+
+
 def make_server(app, max_connections: int = 512, keep_alive_seconds: float = 5.0,
-                graceful_seconds: float = 60.0,
+                graceful_seconds: float = 60.0, header_seconds: float = 10.0,
                 on_ready: Callable[[], None] | None = None) -> uvicorn.Server:
     """A uvicorn server of `app`, not yet serving (`serve` runs it).
 
@@ -47,10 +80,13 @@ def make_server(app, max_connections: int = 512, keep_alive_seconds: float = 5.0
         max_connections: connections and requests served at once; more get a 503.
         keep_alive_seconds: how long an idle keep-alive connection is kept.
         graceful_seconds: how long a stopping server waits for the requests taken.
+        header_seconds: how long a request's line and headers may take to arrive;
+            then the connection is closed.
         on_ready: called once the server takes requests.
     """
+    protocol = type("HeaderDeadline", (_HeaderDeadline,), {"header_seconds": header_seconds})
     config = uvicorn.Config(
-        app, http="httptools", loop="auto", lifespan="on", limit_concurrency=max_connections,
+        app, http=protocol, loop="auto", lifespan="on", limit_concurrency=max_connections,
         timeout_keep_alive=keep_alive_seconds, timeout_graceful_shutdown=graceful_seconds,
         access_log=False,  # the application logs one line per request itself
         log_config=None, server_header=False, date_header=True, backlog=128)
