@@ -158,10 +158,10 @@ def test_n_best_and_seeded_sampling(served, test_pairs):
     (None, b'{"text": "a", "alpha": NaN}', 400, "NaN is not JSON"),
     (None, b'{"text": "a", "alpha": Infinity}', 400, "Infinity is not JSON"),
     (None, b'{"text": "a", "alpha": 1e400}', 400, "out of range"),
-    (None, b'{"text": "a", "seed": 1' + b"0" * 5000 + b"}", 400, "out of range"),
+    (None, b'{"text": "a", "seed": 1' + b"0" * 400 + b"}", 400, "a number of 401 digits"),
     (None, b'{"text": "\\ud800"}', 400, "lone surrogate"),
     (None, b'{"text": "a", "text": "b"}', 400, "appears twice"),
-    (None, b"[" * 100000 + b"]" * 100000, 400, "nests deeper"),
+    (None, b"[" * 1000 + b"]" * 1000, 400, "nests deeper"),
     (None, b'{"sentences": [["a"]]}', 400, "nests deeper"),
 ])
 def test_bad_requests_get_a_4xx_that_says_why(served, payload, raw, status, words):

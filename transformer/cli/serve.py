@@ -106,8 +106,8 @@ def _batching_arguments(parser: argparse.ArgumentParser) -> None:
                        help="sentences of the requests waiting together decoded in one "
                             "call (default: 32)")
     group.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                       help="how long a request waits for others to share its call "
-                            "(default: 5)")
+                       help="how long a call waits for one more request to share it, "
+                            "at most 8 times that in all (default: 5)")
     group.add_argument("--max-connections", type=positive_int, default=512, metavar="N",
                        help="connections served at once; more get a 503 (default: 512)")
     group.add_argument("--body-timeout", type=positive_float, default=10.0, metavar="SECONDS",

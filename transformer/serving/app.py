@@ -80,7 +80,7 @@ class ServerSettings:
             header is refused, so no web page can use it.
         body_seconds: seconds a request's body may take to arrive; then 408.
         max_batch: sentences of the waiting requests decoded in one call.
-        max_wait: seconds the first request of a call waits for others.
+        max_wait: seconds a call waits for one more request (`Batcher`).
     """
 
     limits: Limits = Limits()
@@ -256,7 +256,8 @@ async def _result(request: Request, future, seconds: float):
         gone.cancel()
     if waiting in done:
         return waiting.result()
-    waiting.cancel()  # and the decoder's job, unless it is being decoded
+    future.cancel()  # the decoder's job, unless it is being decoded: now, from here
+    waiting.cancel()
     if gone in done:
         raise _ClientGone
     raise RequestError(504, "the translation took longer than the server's --timeout")
@@ -344,5 +345,6 @@ def create_app(engine, run_dir, engine_name: str = "tensorflow",
 
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
+    app.router.redirect_slashes = False  # "/translate/" is a 404, not a redirect without JSON
     app.state.service = service
     return app

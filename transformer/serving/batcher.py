@@ -1,8 +1,8 @@
 """One thread that decodes the waiting requests, those that go together in one call.
 
-Requests that arrive together (within `max_wait` seconds of the first, up
-to `max_batch` sentences and `max_work` work) are translated in one call of
-the engine, which is how a translator spends its time well. Only requests
+Requests that arrive together (each within `max_wait` seconds of the one
+before, for at most `GATHER_ROUNDS` x `max_wait` in all, up to `max_batch`
+sentences and `max_work` work) are translated in one call of the engine, which is how a translator spends its time well. Only requests
 with the same search (the strategy object's equality: beam, alpha and
 n-best included) and the same output cap share a call, and a search whose
 output depends on its batch (sampling: `Strategy.TWO_PASSES` false) is
@@ -26,7 +26,12 @@ from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Batcher", "Busy", "Job", "Stopping"]
+__all__ = ["GATHER_ROUNDS", "Batcher", "Busy", "Job", "Stopping"]
+
+# A call gathers requests while each arrives within `max_wait` of the one
+# before (clients answered together come back one after the other, each
+# behind the others' HTTP work), for at most this many `max_wait` in all.
+GATHER_ROUNDS = 8
 
 
 class Busy(Exception):
@@ -63,8 +68,8 @@ class Batcher:
         engine: `engine(sentences, search, max_length)`, the results in order.
         max_batch: sentences gathered into one call (a request with more is
             decoded alone).
-        max_wait: seconds the first request of a call waits for others,
-            counted from its arrival (under load, none is waited for).
+        max_wait: seconds a call waits for one more request, counted from the
+            arrival of the latest (requests already waiting are not waited for).
         max_waiting: requests that may wait; `submit` raises `Busy` beyond.
         max_work: the work (`Job.work`) gathered into one call at most.
         on_batch: called with `(sentences, seconds)` after each engine call.
@@ -80,14 +85,24 @@ class Batcher:
         self.on_batch = on_batch
         self._queue: queue.Queue = queue.Queue(maxsize=max_waiting)
         self._pending: list[Job] = []  # taken from the queue, not in this call
+        self._waiting = 0  # jobs neither cancelled nor started
+        self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="decoder", daemon=True)
         self._thread.start()
 
     @property
     def waiting(self) -> int:
-        """Requests waiting for the decoder."""
-        return self._queue.qsize() + len(self._pending)
+        """Requests waiting for the decoder (not those cancelled)."""
+        return self._waiting
+
+    def _count(self, change: int) -> None:
+        with self._lock:
+            self._waiting += change
+
+    def _cancelled(self, future: concurrent.futures.Future) -> None:
+        if future.cancelled():
+            self._count(-1)
 
     def submit(self, sentences, search, max_length=None, work=0) -> concurrent.futures.Future:
         """Queues a request; its future gets the engine's results (or its exception).
@@ -101,10 +116,13 @@ class Batcher:
         if self._closed:
             raise Stopping("the server is stopping")
         job = Job(list(sentences), search, max_length, work)
+        self._count(1)  # before the decoder may take it
         try:
             self._queue.put_nowait(job)
         except queue.Full:
+            self._count(-1)
             raise Busy(f"{self._queue.maxsize} requests are waiting already") from None
+        job.future.add_done_callback(self._cancelled)
         return job.future
 
     def close(self) -> None:
@@ -136,12 +154,14 @@ class Batcher:
         if not first.search.TWO_PASSES:
             return batch, stopping  # decoded alone
         skipped = []
-        deadline = first.arrived + self.max_wait
+        latest, cap = first.arrived, first.arrived + GATHER_ROUNDS * self.max_wait
         while count < self.max_batch and not stopping:
+            deadline = min(latest + self.max_wait, cap)
             try:
                 job = self._next(max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
+            latest = max(latest, job.arrived)
             if job is None:
                 stopping = True
                 break
@@ -161,6 +181,7 @@ class Batcher:
     def _decode(self, batch: list[Job]) -> None:
         """Decodes the jobs not cancelled in one call; never raises."""
         jobs = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        self._count(-len(jobs))
         if not jobs:
             return
         sentences = [s for job in jobs for s in job.sentences]
