@@ -398,12 +398,13 @@ def test_a_cancelled_request_is_not_decoded_and_an_engine_error_fails_its_own_on
 
 
 @pytest.fixture()
-def gated(run_dir):
-    """A server of a `_Gate` engine, short deadlines; `(address, gate, app)`."""
+def gated():
+    """A server of a `_Gate` engine (no run: greedy by default), short deadlines;
+    `(address, gate, app)`."""
     gate = _Gate()
     settings = ServerSettings(limits=Limits(timeout=1.0, max_waiting=4), body_seconds=0.5,
                               max_wait=0.0)
-    with serving(gate, run_dir, settings, header_seconds=0.5, max_connections=8) as served:
+    with serving(gate, None, settings, header_seconds=0.5, max_connections=8) as served:
         yield served, gate, served[2]
         gate.release.set()
 

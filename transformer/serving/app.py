@@ -315,8 +315,8 @@ def create_app(engine, run_dir, engine_name: str = "tensorflow",
 
     Args:
         engine: `engine(sentences, search, max_length)` (`transformer.engines.load_engine`).
-        run_dir: the run directory (its evaluation search is the default; only its
-            name is shown to clients).
+        run_dir: the run directory (its evaluation search is the default, greedy
+            for None; only its name is shown to clients).
         engine_name: "tensorflow" or "ctranslate2" (strategies CTranslate2 cannot
             run are refused).
         settings: the limits, keys, origins and batching.
