@@ -5,8 +5,9 @@ then for each number of concurrent clients (`--clients`, default 1, 8 and 32;
 threads of this process, pinned to `--client-cores`) sends requests of one
 test sentence each until `--requests` are answered or `--seconds` have passed,
 and reports sentences a second and the p50 and p99 latency. The reference,
-in its own process on the server's cores: the same engine called directly
-on the same sentences, one at a time and in batches of `--max-batch`.
+in its own process on the server's cores, before and after the loads: the
+same engine called directly on the same sentences, one at a time and in
+batches of `--max-batch`. The server's log (a line per request) is dropped.
 `--server-repo DIR` starts the server of another checkout (such as an older
 commit's, `git worktree add DIR COMMIT`), to compare two servers under the
 same load and the same reference.
@@ -107,15 +108,24 @@ def direct_worker(args) -> dict:
                 round(len(sentences) / batched, 2)}
 
 
-def driver(args) -> int:
-    sentences = [source for source, _ in read_pairs(args.test, args.requests)]
-    run, test = args.run.resolve(), args.test.resolve()  # the workers start in the repository
-    before = machine()
+def _direct(args, run, test) -> dict:
+    """The engine called directly, in its own process on the server's cores."""
+    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(run),
+                                 "--test", str(test), "--requests", str(args.requests),
+                                 "--engine", args.engine, "--max-batch", str(args.max_batch),
+                                 "--worker"], args.server_cores), None, "the direct engine")
+    print(json.dumps(direct), flush=True)
+    return direct
+
+
+def _loads(args, run, sentences) -> list[dict]:
+    """The server under each number of clients."""
     command = pinned([sys.executable, "-m", "transformer.cli.serve", str(run), "--port",
                       "0", "--engine", args.engine, "--max-batch", str(args.max_batch)],
                      args.server_cores)
     server_repo = (args.server_repo or REPO).resolve()
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=server_repo,
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, cwd=server_repo,
                               env={**os.environ, "PYTHONPATH": str(server_repo)})
     try:
         line = server.stdout.readline()
@@ -127,20 +137,27 @@ def driver(args) -> int:
         for clients in args.clients:
             loads.append(load(url, sentences, clients, args.requests, args.seconds))
             print(json.dumps(loads[-1]), flush=True)
+        return loads
     finally:
         server.terminate()
         server.wait(60)
-    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(run),
-                                 "--test", str(test), "--requests", str(args.requests),
-                                 "--engine", args.engine, "--max-batch", str(args.max_batch),
-                                 "--worker"], args.server_cores), None, "the direct engine")
-    print(json.dumps(direct), flush=True)
+
+
+def driver(args) -> int:
+    """The engine directly, the server under load, the engine again: on a shared
+    machine the two direct measurements show how much the speed moved meanwhile."""
+    sentences = [source for source, _ in read_pairs(args.test, args.requests)]
+    run, test = args.run.resolve(), args.test.resolve()  # the workers start in the repository
+    before = machine()
+    direct_before = _direct(args, run, test)
+    loads = _loads(args, run, sentences)
+    direct = _direct(args, run, test)
     name = f"serve_{args.engine}" + (f"_{args.name}" if args.name else "")
     write_json(RESULTS / f"{name}.json", {
         "machine_before": before, "machine_after": machine(), "engine": args.engine,
         "server_cores": args.server_cores, "client_cores": args.client_cores,
         "max_batch": args.max_batch, "server_repo": str(args.server_repo or "this checkout"),
-        "loads": loads, "direct": direct,
+        "loads": loads, "direct_before": direct_before, "direct": direct,
         "command": "python bench/decode_speed.py serve " + " ".join(sys.argv[2:])})
     return 0
 
