@@ -69,7 +69,8 @@ class Batcher:
         max_batch: sentences gathered into one call (a request with more is
             decoded alone).
         max_wait: seconds a call waits for one more request, counted from the
-            arrival of the latest (requests already waiting are not waited for).
+            arrival of the latest (requests already waiting are not waited for,
+            and after a call of one request only those already waiting join).
         max_waiting: requests that may wait; `submit` raises `Busy` beyond.
         max_work: the work (`Job.work`) gathered into one call at most.
         on_batch: called with `(sentences, seconds)` after each engine call.
@@ -86,6 +87,7 @@ class Batcher:
         self._queue: queue.Queue = queue.Queue(maxsize=max_waiting)
         self._pending: list[Job] = []  # taken from the queue, not in this call
         self._waiting = 0  # jobs neither cancelled nor started
+        self._last_jobs = 0  # jobs gathered into the last call
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="decoder", daemon=True)
@@ -154,9 +156,12 @@ class Batcher:
         if not first.search.TWO_PASSES:
             return batch, stopping  # decoded alone
         skipped = []
-        latest, cap = first.arrived, first.arrived + GATHER_ROUNDS * self.max_wait
+        # A lone client's request is not kept waiting for companions that never
+        # come: after a call of one request, only those already queued join.
+        wait = self.max_wait if self._last_jobs > 1 else 0.0
+        latest, cap = first.arrived, first.arrived + GATHER_ROUNDS * wait
         while count < self.max_batch and not stopping:
-            deadline = min(latest + self.max_wait, cap)
+            deadline = min(latest + wait, cap)
             try:
                 job = self._next(max(0.0, deadline - time.monotonic()))
             except queue.Empty:
@@ -182,6 +187,7 @@ class Batcher:
         """Decodes the jobs not cancelled in one call; never raises."""
         jobs = [job for job in batch if job.future.set_running_or_notify_cancel()]
         self._count(-len(jobs))
+        self._last_jobs = len(batch)
         if not jobs:
             return
         sentences = [s for job in jobs for s in job.sentences]
