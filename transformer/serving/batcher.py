@@ -1,9 +1,8 @@
 """One thread that decodes the waiting requests, those that go together in one call.
 
-The requests waiting when the decoder is free, and those that arrive while
-it gathers (each within `max_wait` seconds of the one before, for at most
-`GATHER_ROUNDS` x `max_wait` in all), up to `max_batch` sentences and
-`max_work` work, are translated in one call of the engine, which is how a translator spends its time well. Only requests
+Requests that arrive together (each within `max_wait` seconds of the one
+before, for at most `GATHER_ROUNDS` x `max_wait` in all, up to `max_batch`
+sentences and `max_work` work) are translated in one call of the engine, which is how a translator spends its time well. Only requests
 with the same search (the strategy object's equality: beam, alpha and
 n-best included) and the same output cap share a call, and a search whose
 output depends on its batch (sampling: `Strategy.TWO_PASSES` false) is
@@ -70,8 +69,8 @@ class Batcher:
         max_batch: sentences gathered into one call (a request with more is
             decoded alone).
         max_wait: seconds a call waits for one more request, counted from the
-            start of the gathering or the latest arrival (after a call of one
-            request, only those already waiting join).
+            arrival of the latest (requests already waiting are not waited for,
+            and after a call of one request only those already waiting join).
         max_waiting: requests that may wait; `submit` raises `Busy` beyond.
         max_work: the work (`Job.work`) gathered into one call at most.
         on_batch: called with `(sentences, seconds)` after each engine call.
@@ -160,10 +159,7 @@ class Batcher:
         # A lone client's request is not kept waiting for companions that never
         # come: after a call of one request, only those already queued join.
         wait = self.max_wait if self._last_jobs > 1 else 0.0
-        # Counted from now, not from the arrivals: under load the queued requests
-        # arrived during the last call, and the clients it answered are on their way.
-        latest = time.monotonic()
-        cap = latest + GATHER_ROUNDS * wait
+        latest, cap = first.arrived, first.arrived + GATHER_ROUNDS * wait
         while count < self.max_batch and not stopping:
             deadline = min(latest + wait, cap)
             try:
