@@ -326,7 +326,7 @@ def test_a_strategy_ctranslate2_cannot_run_is_refused_before_converting(run_copy
     assert "NoEngine() cannot run on CTranslate2; translate with the TensorFlow engine." \
         in err[-1]
     # A server on CTranslate2 answers such a request 400, saying why.
-    from transformer.serve import RequestError, request_search
+    from transformer.serving.limits import RequestError, request_search
 
     with pytest.raises(RequestError) as refused:
         request_search({"search": "test_no_ctranslate2"}, run_copy, "ctranslate2")

@@ -286,3 +286,16 @@ def test_every_design_document_the_code_cites_exists():
                                 path.read_text(encoding="utf-8")))
     assert cited, "nothing cites the design document"
     assert all((REPO / doc).is_file() for doc in cited), cited
+
+
+def test_the_library_does_not_import_the_command_lines():
+    """Only `transformer.cli` imports `transformer.cli`: the library (the server
+    included) has what the command lines share, never the other way round."""
+    graph, _ = _import_graph()
+
+    def is_cli(name):
+        return name == "transformer.cli" or name.startswith("transformer.cli.")
+
+    assert "transformer.serving.app" in graph
+    assert {module for module, imported in graph.items()
+            if not is_cli(module) and any(is_cli(m) for m in imported)} == set()

@@ -5,8 +5,12 @@ then for each number of concurrent clients (`--clients`, default 1, 8 and 32;
 threads of this process, pinned to `--client-cores`) sends requests of one
 test sentence each until `--requests` are answered or `--seconds` have passed,
 and reports sentences a second and the p50 and p99 latency. The reference,
-in its own process on the server's cores: the same engine called directly
-on the same sentences, one at a time and in batches of `--max-batch`.
+in its own process on the server's cores, before and after the loads: the
+same engine called directly on the same sentences, one at a time and in
+batches of `--max-batch`. The server's log (a line per request) is dropped.
+`--server-repo DIR` starts the server of another checkout (such as an older
+commit's, `git worktree add DIR COMMIT`), to compare two servers under the
+same load and the same reference.
 
     python bench/decode_speed.py serve --run RUN --test ui-es-en/test.tsv --name ui
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +35,8 @@ def _post(url: str, sentence: str) -> float:
     """Seconds one request took; raises on any answer but 200."""
     body = json.dumps({"text": sentence}).encode()
     started = time.perf_counter()
-    request = urllib.request.Request(url, data=body, method="POST")
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         if response.status != 200:
             raise BenchError(f"the server answered {response.status}")
@@ -60,13 +66,14 @@ def load(url: str, sentences: list[str], clients: int, requests: int, seconds: f
             with lock:
                 latencies.append(took)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu  # the clients' own, on their cores
     if errors:
         raise BenchError(f"{len(errors)} requests failed, e.g. {errors[0]}")
     latencies.sort()
@@ -74,16 +81,18 @@ def load(url: str, sentences: list[str], clients: int, requests: int, seconds: f
             "sentences per second": round(len(latencies) / wall, 2),
             "p50 ms": round(1000 * statistics.median(latencies), 1),
             "p99 ms": round(1000 * latencies[min(len(latencies) - 1,
-                                                 int(0.99 * len(latencies)))], 1)}
+                                                 int(0.99 * len(latencies)))], 1),
+            "client cpu seconds": round(cpu, 2)}
 
 
 def direct_worker(args) -> dict:
     """The engine called in this process: one sentence a call, then batches."""
-    from transformer.serve import load_engine, request_search
+    from transformer.engines import load_engine
+    from transformer.search_options import SearchOptions, search_strategy
 
     sentences = [source for source, _ in read_pairs(args.test, args.requests)]
     engine = load_engine(args.run, args.engine)
-    search = request_search({}, args.run)
+    search = search_strategy(SearchOptions(), args.run)  # the server's default search
     engine(sentences[:4], search, None)  # traced before it is timed
     started = time.perf_counter()
     for sentence in sentences:
@@ -99,14 +108,25 @@ def direct_worker(args) -> dict:
                 round(len(sentences) / batched, 2)}
 
 
-def driver(args) -> int:
-    sentences = [source for source, _ in read_pairs(args.test, args.requests)]
-    run, test = args.run.resolve(), args.test.resolve()  # the workers start in the repository
-    before = machine()
+def _direct(args, run, test) -> dict:
+    """The engine called directly, in its own process on the server's cores."""
+    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(run),
+                                 "--test", str(test), "--requests", str(args.requests),
+                                 "--engine", args.engine, "--max-batch", str(args.max_batch),
+                                 "--worker"], args.server_cores), None, "the direct engine")
+    print(json.dumps(direct), flush=True)
+    return direct
+
+
+def _loads(args, run, sentences) -> list[dict]:
+    """The server under each number of clients."""
     command = pinned([sys.executable, "-m", "transformer.cli.serve", str(run), "--port",
                       "0", "--engine", args.engine, "--max-batch", str(args.max_batch)],
                      args.server_cores)
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    server_repo = (args.server_repo or REPO).resolve()
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, cwd=server_repo,
+                              env={**os.environ, "PYTHONPATH": str(server_repo)})
     try:
         line = server.stdout.readline()
         if not line.startswith("Serving "):
@@ -117,19 +137,27 @@ def driver(args) -> int:
         for clients in args.clients:
             loads.append(load(url, sentences, clients, args.requests, args.seconds))
             print(json.dumps(loads[-1]), flush=True)
+        return loads
     finally:
         server.terminate()
         server.wait(60)
-    direct = worker_json(pinned([sys.executable, args.entry, "serve", "--run", str(run),
-                                 "--test", str(test), "--requests", str(args.requests),
-                                 "--engine", args.engine, "--max-batch", str(args.max_batch),
-                                 "--worker"], args.server_cores), None, "the direct engine")
-    print(json.dumps(direct), flush=True)
+
+
+def driver(args) -> int:
+    """The engine directly, the server under load, the engine again: on a shared
+    machine the two direct measurements show how much the speed moved meanwhile."""
+    sentences = [source for source, _ in read_pairs(args.test, args.requests)]
+    run, test = args.run.resolve(), args.test.resolve()  # the workers start in the repository
+    before = machine()
+    direct_before = _direct(args, run, test)
+    loads = _loads(args, run, sentences)
+    direct = _direct(args, run, test)
     name = f"serve_{args.engine}" + (f"_{args.name}" if args.name else "")
     write_json(RESULTS / f"{name}.json", {
         "machine_before": before, "machine_after": machine(), "engine": args.engine,
         "server_cores": args.server_cores, "client_cores": args.client_cores,
-        "max_batch": args.max_batch, "loads": loads, "direct": direct,
+        "max_batch": args.max_batch, "server_repo": str(args.server_repo or "this checkout"),
+        "loads": loads, "direct_before": direct_before, "direct": direct,
         "command": "python bench/decode_speed.py serve " + " ".join(sys.argv[2:])})
     return 0
 
@@ -148,6 +176,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-cores", default="0")
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--name", default="", help="suffix of the results file")
+    parser.add_argument("--server-repo", type=Path, default=None, metavar="DIR",
+                        help="start the server of this checkout (default: this one)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -155,7 +185,5 @@ def run(args, parser=None) -> int:
     if args.worker:
         print(json.dumps(direct_worker(args)))
         return 0
-    import os
-
     os.sched_setaffinity(0, {int(core) for core in str(args.client_cores).split(",")})
     return driver(args)

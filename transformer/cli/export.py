@@ -16,7 +16,8 @@ error, with exit status 1 (2 for a usage error); TensorFlow is imported only
 once the options and the run directory are checked.
 
 `ctranslate2_model(run_dir, quantization)` is the conversion
-`translate.py --engine ctranslate2` makes once and reuses.
+`translate.py --engine ctranslate2` makes once and reuses
+(`transformer.engines.ctranslate2_model`, which says so on standard error here).
 """
 
 from __future__ import annotations
@@ -27,13 +28,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from transformer import rundir  # standard library only
+from transformer import engines, rundir  # no TensorFlow at import
 from transformer.cli.common import OneLineErrorParser, hide_native_stderr, report_error
 from transformer.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
     CLI_QUANTIZATIONS,
     ctranslate2_module,
-    run_export_dir,
-    run_export_is_current,
 )
 
 PROG = "transformer-export"
@@ -68,31 +67,19 @@ def parse_args(argv=None):
     return args
 
 
-def _tensorflow_exporters():
-    """`(transformer.export, transformer.export_ctranslate2)`: TensorFlow, so
-    imported only once the options and the run directory are checked."""
-    from transformer import export, export_ctranslate2
-
-    return export, export_ctranslate2
-
-
 def ctranslate2_model(run_dir, quantization="float32", force=False) -> Path:
-    """The run's CTranslate2 model directory of `quantization`, `RUN/ctranslate2-<q>`,
-    converted first (atomically) unless it holds the run's present model file
-    (or `force`).
+    """`transformer.engines.ctranslate2_model`, saying on standard error when it converts.
 
     Raises:
         ImportError: without the ctranslate2 package, saying how to install it.
         transformer.rundir.RunDirError: a missing or incomplete run directory.
     """
-    run_dir = rundir.check_run_dir(run_dir)
-    ctranslate2_module()  # the install hint, before anything is loaded
-    if force or not run_export_is_current(run_dir, quantization):
-        print(f"converting {run_dir} to CTranslate2 ({quantization}) in "
-              f"{run_export_dir(run_dir, quantization)}", file=sys.stderr)
-        _, exporting = _tensorflow_exporters()
-        exporting.export_run(run_dir, quantization=quantization)
-    return run_export_dir(run_dir, quantization)
+    return engines.ctranslate2_model(run_dir, quantization, force=force, report=_note)
+
+
+def _note(line):
+    """A progress line (a conversion) on standard error."""
+    print(line, file=sys.stderr)
 
 
 def run(args) -> Path:
@@ -106,7 +93,7 @@ def run(args) -> Path:
     output = Path(args.output) if args.output else run_dir / rundir.EXPORT_DIR
     if args.output and output.exists() and not args.force:
         raise ValueError(f"--output {str(output)!r} already exists; add --force to replace it.")
-    savedmodel, exporting = _tensorflow_exporters()
+    _, savedmodel, exporting = engines.tensorflow_modules()
     if args.format == "ctranslate2":
         return exporting.export_run(run_dir, output, quantization=quantization, force=True)
     if output.exists():  # --force, or the run's own export/ written again

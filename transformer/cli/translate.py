@@ -39,8 +39,6 @@ hidden, unless --verbose), so `--help` and usage errors are quick.
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import itertools
 import logging
 import os
@@ -59,25 +57,23 @@ from transformer.cli.common import (
     probability,
     report_error,
 )
-from transformer.cli.export import ctranslate2_model  # no TensorFlow until it converts
-from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_OUTPUT_LENGTH
+from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH
 from transformer.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
     CLI_QUANTIZATIONS,
     CTranslate2Translator,
+)
+from transformer.engines import (  # no TensorFlow until an engine loads
+    ctranslate2_model,
+    tensorflow_translator,
 )
 from transformer.plot import (  # matplotlib only, no TensorFlow
     attention_axes,
     attention_explorer_html,
     plot_attention_weights,
 )
-from transformer.strategies import (  # no TensorFlow
-    Beam,
-    Greedy,
-    Sample,
-    registered,
-    run_strategy,
-    strategy_class,
-)
+from transformer.search_options import SearchOptions  # no TensorFlow
+from transformer.search_options import search_strategy as options_strategy
+from transformer.strategies import registered  # no TensorFlow
 
 _SCORE_HELP = ("the score is the log-probability the search ranks by: log P(Y|X) for "
                "greedy decoding and sampling, and log P(Y|X) / lp(Y) with the length "
@@ -191,93 +187,16 @@ def _add_search_arguments(parser):
                             "of the same input (default: a new random seed each run)")
 
 
-# The search options and the strategy fields of the same meaning (`--search NAME`).
-_OPTION_FIELDS = {"beam": "size", "alpha": "alpha", "n_best": "n_best",
-                  "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-                  "seed": "seed"}
-
-
 def search_strategy(args, run_dir=None):
-    """The one strategy the search options ask for.
-
-    `--search NAME` makes the registered strategy `NAME` of the options
-    (`named_strategy`). Otherwise any of --temperature, --top-k, --top-p or
-    --seed samples; --beam N or --n-best N searches a beam (of max(4, N) for
-    --n-best N alone); with none of them, the run decodes as it was evaluated
-    (`transformer.strategies.run_strategy(run_dir)`; greedy when `run_dir` is
-    None, which is how `parse_args` checks the options before reading any
-    file). --alpha is the beam's length penalty (a beam of 1 with --alpha is
-    greedy decoding scored by log P / lp).
+    """The one strategy the search options ask for, in the command line's words:
+    `transformer.search_options.search_strategy` of the parsed arguments (its
+    docstring says which options make which strategy; greedy when `run_dir` is
+    None, which is how `parse_args` checks the options before reading any file).
 
     Raises:
-        ValueError: options that do not go together, in the command line's words.
+        ValueError: options that do not go together.
     """
-    if args.search is not None:
-        return named_strategy(args)
-    if args.setting:
-        raise ValueError("--setting sets a field of the strategy that --search NAME chooses; "
-                         "add --search.")
-    n_best = args.n_best or 1
-    beam = args.beam
-    if beam is None and n_best > 1:
-        beam = max(DEFAULT_BEAM_SIZE, n_best)
-    if n_best > (beam or 1):
-        raise ValueError(f"Received --n-best {n_best} and --beam {beam}: the n-best list "
-                         "comes from the beam, expected --beam >= --n-best.")
-    if any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed)):
-        if beam is not None and beam > 1:
-            raise ValueError(f"Received --beam {beam} with sampling (--temperature, --top-k, "
-                             "--top-p or --seed): sampling draws one output per sentence, "
-                             "expected --beam 1 and --n-best 1.")
-        return Sample(temperature=1.0 if args.temperature is None else args.temperature,
-                      top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    evaluated = Greedy() if run_dir is None or beam is not None else run_strategy(run_dir)
-    if beam is None and args.alpha is None:
-        return evaluated  # as the run was evaluated
-    if beam is None:
-        beam = evaluated.rows_per_sentence
-    if beam == 1 and args.alpha is None:
-        return Greedy()
-    return Beam(size=beam, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha,
-                n_best=n_best)
-
-
-def named_strategy(args):
-    """`--search NAME`: the registered strategy class `NAME`, made with the fields
-    that the search options (`_OPTION_FIELDS`) and `--setting FIELD=VALUE` give;
-    its defaults for the others.
-
-    Raises:
-        ValueError: an unknown name or field, or a value the strategy refuses.
-    """
-    kind = strategy_class(args.search)
-    fields = ({field.name for field in dataclasses.fields(kind) if field.init}
-              if dataclasses.is_dataclass(kind) else set())
-    values = {}
-    for option, field in _OPTION_FIELDS.items():
-        value = getattr(args, option)
-        if value is None:
-            continue
-        if field not in fields:
-            raise ValueError(f"--{option.replace('_', '-')} sets the field {field!r}, which "
-                             f"--search {args.search} does not have (its fields: "
-                             f"{', '.join(sorted(fields)) or 'none'}).")
-        values[field] = value
-    for setting in args.setting:
-        field, equals, text = setting.partition("=")
-        if not equals or field not in fields:
-            raise ValueError(f"--setting {setting}: expected FIELD=VALUE with a field of "
-                             f"--search {args.search} ({', '.join(sorted(fields)) or 'none'}).")
-        values[field] = _setting_value(text)
-    return kind(**values)
-
-
-def _setting_value(text):
-    """A `--setting` value: a Python literal (number, None, True, False), else the text."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+    return options_strategy(SearchOptions.from_namespace(args), run_dir)
 
 
 def _layer_name(layer, num_layers):
@@ -368,19 +287,16 @@ def _read_sentences(args):
 
 def _ctranslate2_results(args, sentences, search):
     """`--engine ctranslate2`: the run's CTranslate2 export (converted once), translated."""
-    model_dir = ctranslate2_model(args.run, args.quantization or "float32")
+    model_dir = ctranslate2_model(args.run, args.quantization or "float32", report=_note)
     translator = CTranslate2Translator(model_dir)
     return translator.translate(
         list(sentences), search=search,
         max_length=DEFAULT_MAX_OUTPUT_LENGTH if args.max_length is None else args.max_length)
 
 
-def tensorflow_translator(run_dir):
-    """`transformer.translate.Translator.from_run(run_dir)`: TensorFlow, so imported
-    only once the options are checked (and never for --engine ctranslate2)."""
-    from transformer.translate import Translator
-
-    return Translator.from_run(run_dir)
+def _note(line):
+    """A progress line (a conversion) on standard error."""
+    print(line, file=sys.stderr)
 
 
 def _print_results(args, results, search):
