@@ -95,6 +95,8 @@ def collect(args) -> dict:
             params = body_parameters(config.model)
             tokens = rate * run["train_seconds"] if rate else None
             runs.append({**run, "size": record["label"],
+                         "run_dir": f"{args.runs.name}/{run_dir.parent.name}/{run_dir.name}",
+                         "command": portable_command(run["command"], run_dir, args.corpus),
                          "model": {k: getattr(config.model, k)
                                    for k in ("num_layers", "d_model", "num_heads", "dff")},
                          "body_parameters": params,
@@ -105,6 +107,15 @@ def collect(args) -> dict:
     if not runs:
         raise BenchError(f"no results files of {args.corpus.name} in {args.runs}")
     return {"corpus": args.corpus.name, "machine": machine(), "runs": runs}
+
+
+def portable_command(command: str, run_dir: Path, corpus: Path) -> str:
+    """`command` as a reader runs it from a clone: `python train.py`, the corpus
+    by its directory's name, the run directory under `runs/`."""
+    command = re.sub(r"\S*/python[\d.]*\b", "python", command)
+    command = re.sub(r"\S*/(train\.py|translate\.py)", r"\1", command)
+    command = re.sub(r"\S*/" + re.escape(corpus.name) + "/", corpus.name + "/", command)
+    return command.replace(str(run_dir.parent.parent), "runs/model_sizes")
 
 
 def envelope(runs: list[dict]) -> dict[float, tuple[str, float]]:

@@ -29,7 +29,10 @@ def _run(runs: Path, corpus: str, size: str, minutes: float, seed: int, bleu: fl
     lines = [f"Step {i}: 9.00 steps a second ({rate:,} target tokens a second), loss 3.0."
              for i, rate in enumerate(rates)]
     (run_dir.parent / f"{run_dir.name}.log").write_text("\n".join(lines), encoding="utf-8")
+    command = (f"taskset -c 1 {sys.executable} /somewhere/train.py --data /data/{corpus}/train.tsv "
+               f"--output-dir {run_dir}")
     record = {"label": size, "runs": [{"minutes": minutes, "seed": seed, "run_dir": str(run_dir),
+                                       "command": command,
                                        "bleu_lc": bleu, "updates": 100,
                                        "train_seconds": minutes * 60}]}
     path = model_sizes.results_path(runs, corpus, minutes, size, seed)
@@ -61,6 +64,10 @@ def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs
     assert first["tokens_per_parameter"] == pytest.approx(
         3500 * 300 / body_parameters(PRESETS["tutorial"]), abs=1e-3)
     assert first["model"]["d_model"] == 128
+    # As a reader runs it from a clone, with no path of this machine.
+    assert first["command"] == ("taskset -c 1 python train.py --data ui/train.tsv --output-dir "
+                                "runs/model_sizes/tutorial/ui_5min_s0")
+    assert first["run_dir"] == f"{runs.name}/tutorial/ui_5min_s0"
 
 
 def test_the_envelope_is_the_best_mean_at_each_budget(runs):
