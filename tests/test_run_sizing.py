@@ -168,6 +168,10 @@ def test_without_a_budget_or_with_many_workers_the_reference_is_trained_unmeasur
     assert "no --time-budget" in config.size_rule["reason"]
     workers, calls = _resolved(45, strategy="multi-worker")
     assert calls == [] and workers.preset == "tutorial"
+    assert "multi-worker" in workers.size_rule["reason"]
+    offered = resolve(RunConfig(data="pairs.tsv", precision="float32", time_budget=600.0),
+                      CorpusFacts(26_000, 12.0, lambda tokens, size: 100))
+    assert offered.preset == "tutorial" and "no speed measured" in offered.size_rule["reason"]
 
 
 def test_the_toy_corpus_keeps_its_preset():

@@ -24,7 +24,14 @@ from transformer.constants import DECAYS_TO_ZERO, PAPER_LEARNING_RATE
 from transformer.model_config import PAPER_PRESETS, TransformerConfig
 from transformer.run.adapt import INHERITED_FIELDS, inherited_settings
 from transformer.run.precision import default_precision
-from transformer.run.sizing import AUTO_PRESET, REFERENCE_PRESET, candidate_model, size_rule
+from transformer.run.sizing import (
+    AUTO_PRESET,
+    REFERENCE_PRESET,
+    candidate_model,
+    reference_choice,
+    size_rule,
+    unmeasured,
+)
 
 TOY_DEFAULTS = {
     # The small `toy` model: the toy grammar needs no more.
@@ -343,11 +350,12 @@ def resolve(config, facts: CorpusFacts):
 
 def _choose_model(config, facts: CorpusFacts):
     """`config` with the model of `transformer.run.sizing.size_rule` and its record."""
-    measure = facts.calibrate is not None and config.time_budget is not None \
-        and config.strategy != "multi-worker"
-    speed = facts.calibrate(config) if measure else None
-    preset, record = size_rule(config, speed, facts.vocab_size, facts.mean_tokens,
-                               round(facts.num_pairs * facts.mean_tokens))
+    because = unmeasured(config, facts.calibrate is not None)
+    if because:
+        preset, record = reference_choice(because)
+    else:
+        preset, record = size_rule(config, facts.calibrate(config), facts.vocab_size,
+                                   facts.mean_tokens, round(facts.num_pairs * facts.mean_tokens))
     # The chosen sizes; the rest (its max_length, which sized the tokens) as it was.
     return config.replace(preset=preset, model=candidate_model(preset, config.model),
                           size_rule=record)

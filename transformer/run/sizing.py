@@ -178,26 +178,35 @@ def choose(rows: dict[str, dict[str, float]], corpus_tokens: int) -> tuple[str, 
     return chosen, why
 
 
-def size_rule(config, speed: Speed | None, vocab_size: int, mean_tokens: float,
+def unmeasured(config, calibrates: bool) -> str | None:
+    """Why a run of preset "auto" trains `REFERENCE_PRESET` without measuring
+    (None: it measures): no time budget, a multi-worker run, or no measurement
+    offered (`calibrates` false)."""
+    if config.time_budget is None:
+        return "no --time-budget: the run is sized by its epochs"
+    if config.strategy == "multi-worker":
+        return "a multi-worker run: each worker would measure its own speed"
+    return None if calibrates else "no speed measured"
+
+
+def reference_choice(because: str) -> tuple[str, dict[str, Any]]:
+    """`REFERENCE_PRESET` and its record, `because` (`unmeasured`'s reason)."""
+    return REFERENCE_PRESET, {"preset": REFERENCE_PRESET,
+                              "reason": f"{REFERENCE_PRESET} ({because})"}
+
+
+def size_rule(config, speed: Speed, vocab_size: int, mean_tokens: float,
               corpus_tokens: int) -> tuple[str, dict[str, Any]]:
-    """The preset a run of preset "auto" trains, and the record of the choice for
-    `config.json` (its `reason` is the log's line).
+    """The preset a run of preset "auto" with a time budget trains, and the
+    record of the choice for `config.json` (its `reason` is the log's line).
 
     Args:
         config: the run's `RunConfig`, its batches and precision resolved.
-        speed: this machine's `Speed` (`transformer.run.calibration.calibrate`), or
-            None where the rule does
-            not measure (no time budget, a multi-worker run).
+        speed: this machine's `Speed` (`transformer.run.calibration.calibrate`).
         vocab_size: the target vocabulary's size.
         mean_tokens: the mean padded length of a training pair.
         corpus_tokens: the training pairs' target tokens.
     """
-    if config.time_budget is None or speed is None:
-        because = ("no --time-budget: the run is sized by its epochs"
-                   if config.time_budget is None else
-                   "a multi-worker run: each worker would measure its own speed")
-        return REFERENCE_PRESET, {"preset": REFERENCE_PRESET,
-                                  "reason": f"{REFERENCE_PRESET} ({because})"}
     rows = plan(speed, config.time_budget, config.model, vocab_size, mean_tokens,
                 config.batch_tokens or round(config.batch_size * mean_tokens))
     chosen, why = choose(rows, corpus_tokens)
