@@ -34,6 +34,7 @@ tokens a second and the ratio of the two (`--json`):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import statistics
@@ -47,6 +48,7 @@ sys.path[:0] = [str(BENCH.parent), str(BENCH)]
 from common import BenchError, machine, write_json  # noqa: E402
 
 RATE = re.compile(r"\(([\d,]+) target tokens a second\)")
+PAIRS = re.compile(r"^Corpus .*: (\d+) training", re.MULTILINE)
 
 
 def results_path(runs: Path, corpus: str, minutes: float, size: str, seed: int) -> Path:
@@ -55,15 +57,14 @@ def results_path(runs: Path, corpus: str, minutes: float, size: str, seed: int) 
 
 def train(args) -> None:
     """Every size, budget and seed through `budget_curve.py`, one results file each."""
-    for minutes in args.budgets:
-        for seed in args.seeds:
-            for size in args.sizes:
+    for corpus, minutes, seed, size in itertools.product(args.corpus, args.budgets, args.seeds,
+                                                          args.sizes):
                 command = [sys.executable, str(BENCH / "budget_curve.py"),
-                           "--corpus", str(args.corpus), "--budgets", f"{minutes:g}",
+                           "--corpus", str(corpus), "--budgets", f"{minutes:g}",
                            "--seeds", str(seed), "--core", str(args.core),
                            "--runs", str(args.runs / size), "--train-args", f"--preset {size}",
                            "--label", size, "--json",
-                           str(results_path(args.runs, args.corpus.name, minutes, size, seed))]
+                           str(results_path(args.runs, corpus.name, minutes, size, seed))]
                 if subprocess.run(command).returncode:
                     raise BenchError(f"budget_curve.py failed for {size}, {minutes:g} min, "
                                      f"seed {seed}")
@@ -78,12 +79,20 @@ def log_rate(log: Path) -> float | None:
 
 
 def collect(args) -> dict:
-    """One record of every size's runs found in `args.runs`."""
+    """One record of every size's runs of every corpus found in `args.runs`,
+    and the size rule's constants fitted to them (`fit`)."""
+    runs = [run for corpus in args.corpus for run in collect_corpus(args.runs, corpus)]
+    return {"corpora": [corpus.name for corpus in args.corpus], "machine": machine(),
+            "runs": runs, "fit": fit(runs)}
+
+
+def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
+    """Every size's runs of `corpus` in `runs_dir`."""
     from transformer.run.config import RunConfig
     from transformer.run.sizing import body_parameters
 
     runs = []
-    for path in sorted(args.runs.glob(f"{args.corpus.name}_*min_*_s*.json")):
+    for path in sorted(runs_dir.glob(f"{corpus.name}_*min_*_s*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         for run in record["runs"]:
             run_dir = Path(run["run_dir"])
@@ -91,22 +100,64 @@ def collect(args) -> dict:
                 key: value for key, value in json.loads(
                     (run_dir / "config.json").read_text(encoding="utf-8")).items()
                 if key in RunConfig.__dataclass_fields__})
-            rate = log_rate(run_dir.parent / f"{run_dir.name}.log")
+            log = run_dir.parent / f"{run_dir.name}.log"
+            rate = log_rate(log)
+            pairs = PAIRS.search(log.read_text("utf-8")) if log.is_file() else None
+            # As the size rule counts them: pairs times the mean padded pair length.
+            corpus_tokens = round(int(pairs.group(1)) * config.batch_tokens / config.batch_size) \
+                if pairs and config.batch_tokens else None
             params = body_parameters(config.model)
             tokens = rate * run["train_seconds"] if rate else None
-            runs.append({**run, "size": record["label"],
-                         "run_dir": f"{args.runs.name}/{run_dir.parent.name}/{run_dir.name}",
-                         "command": portable_command(run["command"], run_dir, args.corpus),
+            runs.append({**run, "corpus": corpus.name, "size": record["label"],
+                         "run_dir": f"{runs_dir.name}/{run_dir.parent.name}/{run_dir.name}",
+                         "command": portable_command(run["command"], run_dir, corpus),
                          "model": {k: getattr(config.model, k)
                                    for k in ("num_layers", "d_model", "num_heads", "dff")},
                          "body_parameters": params,
                          "target_tokens_per_second": rate,
                          "target_tokens": round(tokens) if tokens else None,
                          "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
+                         "corpus_tokens": corpus_tokens,
                          "machine": record.get("machine_after") or record.get("machine_before")})
     if not runs:
-        raise BenchError(f"no results files of {args.corpus.name} in {args.runs}")
-    return {"corpus": args.corpus.name, "machine": machine(), "runs": runs}
+        raise BenchError(f"no results files of {corpus.name} in {runs_dir}")
+    return runs
+
+
+def fit(runs: list[dict]) -> dict:
+    """The size rule's constants from the runs (`transformer.run.sizing`).
+
+    At each budget, every size is compared with the next smaller one by mean
+    BLEU. Where the larger wins, the rule must choose it: the threshold of
+    tokens per body parameter is at most the larger's ratio there; where it
+    loses, the threshold is above that ratio. The fitted threshold is the
+    geometric mean of the highest losing and the lowest winning ratio. The
+    corpus ceiling is the most body parameters per corpus token among the
+    sizes that won.
+    """
+    by_budget: dict[tuple[str, float], dict[str, list[dict]]] = {}
+    for run in runs:
+        by_budget.setdefault((run["corpus"], run["minutes"]), {}).setdefault(
+            run["size"], []).append(run)
+    comparisons, won, lost, held = [], [], [], []
+    for (corpus, minutes), sizes in sorted(by_budget.items()):
+        ordered = sorted(sizes, key=lambda s: sizes[s][0]["body_parameters"])
+        for smaller, larger in zip(ordered, ordered[1:], strict=False):
+            mean = {s: statistics.mean(r["bleu_lc"] for r in sizes[s]) for s in (smaller, larger)}
+            ratio = statistics.mean(r["tokens_per_parameter"] for r in sizes[larger])
+            wins = mean[larger] > mean[smaller]
+            (won if wins else lost).append(ratio)
+            if wins and sizes[larger][0].get("corpus_tokens"):
+                held.append(sizes[larger][0]["body_parameters"] / sizes[larger][0]["corpus_tokens"])
+            comparisons.append({"corpus": corpus, "minutes": minutes, "smaller": smaller,
+                                "larger": larger, "bleu": mean, "larger_wins": wins,
+                                "larger_tokens_per_parameter": round(ratio, 3)})
+    above, below = (max(lost) if lost else None), (min(won) if won else None)
+    value = (above * below) ** 0.5 if above and below and above < below else None
+    return {"comparisons": comparisons,
+            "tokens_per_parameter": {"above": above, "at_most": below,
+                                     "fitted": round(value, 2) if value else None},
+            "max_parameters_per_corpus_token": round(max(held), 1) if held else None}
 
 
 def portable_command(command: str, run_dir: Path, corpus: Path) -> str:
@@ -129,39 +180,45 @@ def envelope(runs: list[dict]) -> dict[float, tuple[str, float]]:
 
 
 def plot(record: dict, path: Path, title: str) -> None:
-    """BLEU against minutes: each seed a point, each size's mean a line, the
-    envelope a thick grey line under them."""
+    """BLEU against minutes, a panel per corpus: each seed a point, each size's
+    mean a line, the envelope (the best size at each budget) a thick grey line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = record["runs"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    best = envelope(runs)
-    ax.plot(list(best), [bleu for _, bleu in best.values()], "-", color="0.8", linewidth=7,
-            label="envelope: the best size at each budget", zorder=1)
-    sizes = sorted({run["size"] for run in runs},
-                   key=lambda s: min(r["body_parameters"] for r in runs if r["size"] == s))
-    for index, size in enumerate(sizes):
-        own = [run for run in runs if run["size"] == size]
-        by_minutes: dict[float, list[float]] = {}
-        for run in own:
-            by_minutes.setdefault(run["minutes"], []).append(run["bleu_lc"])
-        minutes = sorted(by_minutes)
-        params = own[0]["body_parameters"] / 1e6
-        ax.plot([r["minutes"] for r in own], [r["bleu_lc"] for r in own], "o", alpha=0.45,
-                color=f"C{index}", markersize=4, zorder=2)
-        ax.plot(minutes, [statistics.mean(by_minutes[m]) for m in minutes], "-D",
-                color=f"C{index}", markersize=4, zorder=3,
-                label=f"{size} ({params:.1f}M body parameters)")
-    ax.set_xlabel("training budget (minutes, one CPU core)")
-    ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
-    ax.set_title(title, fontsize=10)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    corpora = list(dict.fromkeys(run["corpus"] for run in record["runs"]))
+    fig, axes = plt.subplots(1, len(corpora), figsize=(5.2 * len(corpora), 4.0), dpi=120,
+                             squeeze=False)
+    sizes = sorted({run["size"] for run in record["runs"]}, key=lambda s: min(
+        r["body_parameters"] for r in record["runs"] if r["size"] == s))
+    for ax, corpus in zip(axes[0], corpora, strict=True):
+        runs = [run for run in record["runs"] if run["corpus"] == corpus]
+        best = envelope(runs)
+        ax.plot(list(best), [bleu for _, bleu in best.values()], "-", color="0.8",
+                linewidth=7, label="envelope: the best size at each budget", zorder=1)
+        for index, size in enumerate(sizes):
+            own = [run for run in runs if run["size"] == size]
+            if not own:
+                continue
+            by_minutes: dict[float, list[float]] = {}
+            for run in own:
+                by_minutes.setdefault(run["minutes"], []).append(run["bleu_lc"])
+            minutes = sorted(by_minutes)
+            params = own[0]["body_parameters"] / 1e6
+            ax.plot([r["minutes"] for r in own], [r["bleu_lc"] for r in own], "o", alpha=0.45,
+                    color=f"C{index}", markersize=4, zorder=2)
+            ax.plot(minutes, [statistics.mean(by_minutes[m]) for m in minutes], "-D",
+                    color=f"C{index}", markersize=4, zorder=3,
+                    label=f"{size} ({params:.1f}M body parameters)")
+        ax.set_title(corpus, fontsize=10)
+        ax.set_xlabel("training budget (minutes, one CPU core)")
+        ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -211,8 +268,8 @@ def cores_speed(args) -> dict:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, default=Path("ui-es-en"),
-                        help="a directory of train.tsv, valid.tsv and test.tsv")
+    parser.add_argument("--corpus", type=Path, nargs="+", default=[Path("ui-es-en")],
+                        help="directories of train.tsv, valid.tsv and test.tsv")
     parser.add_argument("--sizes", nargs="+", default=["small", "tutorial", "medium"])
     parser.add_argument("--budgets", type=float, nargs="+", default=[5, 15])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -255,9 +312,10 @@ def main(argv=None) -> int:
         write_json(args.json, record)
     if args.plot:
         cpu = record["machine"].get("cpu_model", "")
-        plot(record, args.plot, args.title or f"{args.corpus.name}, {cpu}, one core")
+        plot(record, args.plot, args.title or f"{', '.join(record['corpora'])}, {cpu}, one core")
     for minutes, (size, bleu) in envelope(record["runs"]).items():
         print(f"{minutes:g} min: {size} is best, BLEU {bleu:.2f}")
+    print(f"fit: {json.dumps(record['fit'])}")
     return 0
 
 

@@ -53,7 +53,7 @@ def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs
     from transformer.model_config import PRESETS
     from transformer.run.sizing import body_parameters
 
-    args = types.SimpleNamespace(runs=runs, corpus=Path("ui"))
+    args = types.SimpleNamespace(runs=runs, corpus=[Path("ui")])
     record = model_sizes.collect(args)
     assert len(record["runs"]) == 5
     first = next(r for r in record["runs"] if r["size"] == "tutorial" and r["minutes"] == 5
@@ -71,12 +71,24 @@ def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs
 
 
 def test_the_envelope_is_the_best_mean_at_each_budget(runs):
-    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=Path("ui")))
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=[Path("ui")]))
     assert model_sizes.envelope(record["runs"]) == {5: ("tutorial", 33.0), 15: ("medium", 47.0)}
 
 
+def test_the_fit_bounds_the_threshold_by_wins_and_losses(runs):
+    """medium loses at 5 minutes and wins at 15: the threshold of tokens per
+    parameter lies between its two ratios, at their geometric mean."""
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=[Path("ui")]))
+    medium = {r["minutes"]: r["tokens_per_parameter"] for r in record["runs"]
+              if r["size"] == "medium"}
+    threshold = record["fit"]["tokens_per_parameter"]
+    assert (threshold["above"], threshold["at_most"]) == (medium[5], medium[15])
+    assert threshold["fitted"] == pytest.approx((medium[5] * medium[15]) ** 0.5, abs=0.01)
+    assert [c["larger_wins"] for c in record["fit"]["comparisons"]] == [False, True]
+
+
 def test_the_figure_is_written(runs, tmp_path):
-    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=Path("ui")))
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=[Path("ui")]))
     path = tmp_path / "figure.png"
     model_sizes.plot(record, path, "ui")
     assert path.stat().st_size > 10_000
