@@ -2,7 +2,6 @@
 the moving average of the weights where the kernels are not used (JAX and
 PyTorch build Keras's own Adam), and a worker's clock at a time budget.
 """
-"""
 
 from __future__ import annotations
 
