@@ -276,3 +276,23 @@ def test_multi_worker_runs_count_the_chiefs_seconds_only(monkeypatch):
     assert chief_counts == pytest.approx(10.0) and other_counts == pytest.approx(10.0)
     monkeypatch.setattr(distribute, "is_multi_worker", lambda strategy: False)
     assert distribute.chief_clock(object()) is None  # one process keeps its own clock
+
+
+def test_a_falsy_change_on_resume_is_kept(tmp_path):
+    """`--resume --patience 0 --no-restore-best-weights` turns both off, by
+    the API and the command line alike; options not given keep their saved values."""
+    from transformer.run.config_format import for_resume, resumed_with, write_config
+
+    saved = _resolved(RunConfig(data="pairs.tsv", output_dir=str(tmp_path), patience=3,
+                                restore_best_weights=True, time_budget=600.0))
+    changed = for_resume(saved, patience=0, restore_best_weights=False)
+    assert (changed.patience, changed.restore_best_weights) == (0, False)
+    api = resumed_with(saved, RunConfig(data="pairs.tsv", output_dir=str(tmp_path), patience=0,
+                                        restore_best_weights=False, time_budget=600.0))
+    assert (api.patience, api.restore_best_weights, api.epochs) == (0, False, saved.epochs)
+    write_config(tmp_path, saved, 100, 100, {})
+    cli = _config_from_args(build_parser().parse_args(
+        ["--output-dir", str(tmp_path), "--resume", "--patience", "0",
+         "--no-restore-best-weights"]))
+    assert (cli.patience, cli.restore_best_weights) == (0, False)
+    assert (cli.time_budget, cli.epochs, cli.data) == (600.0, saved.epochs, "pairs.tsv")
