@@ -17,7 +17,7 @@ is the install or test command itself (`python3 -m venv`, `pip install`,
 `ruff`, `pytest`), installs system packages (`apt-get`), runs a benchmark of
 `bench/` (minutes to hours; tests/test_bible_corpus.py, tests/test_budget_curve.py
 and the other bench tests run them on small inputs), or starts a program that
-runs until stopped (`tensorboard`, `jupyter`, `transformer-serve`, and the `curl`
+runs until stopped (`tensorboard`, `jupyter`, the server, and the `curl`
 requests to it: tests/test_serve.py serves a run). Everything else must exit 0; translate commands must print one
 line per sentence, none of them empty.
 """
@@ -37,7 +37,8 @@ README = REPO / "README.md"
 
 SKIP = re.compile(
     r"--download|TF_CONFIG|\bui-es-en/|-m venv\b|pip install|\bruff\b|\bpytest\b"
-    r"|^tensorboard\b|\bjupyter\b|^transformer-serve\b|^curl\b|\bapt-get\b|\bbench/"
+    r"|^tensorboard\b|\bjupyter\b|^transformer-serve\b|transformer\.cli\.serve\b|^curl\b|\bapt-get\b"
+    r"|\bbench/"
 )
 TINY_TRAIN = ("--num-layers 1 --d-model 16 --num-heads 2 --dff 32 --epochs 1 "
               "--steps-per-epoch 2 --batch-size 8 --vocab-size 200 --examples 0 --no-export")
