@@ -5,8 +5,8 @@ directory that links `train.py`, `translate.py` and `transformer/`), with these
 substitutions:
 
 - `runs/toy` is the session's tiny trained run (tests/conftest.py `tiny_run`);
-- every `python train.py` gets tiny settings and its own `--output-dir`
-  appended (later options win), and the data files the README names
+- every `python train.py` gets tiny settings (greedy evaluation among them)
+  and its own `--output-dir` appended (later options win), and the data files the README names
   (`train.tsv`, `valid.tsv`, `test.tsv`) are small toy corpora;
 - `transformer-train`, `transformer-translate` and `transformer-export` run their entry points
   (`transformer.cli.*:main`) with this checkout's Python, installed or not.
@@ -40,9 +40,12 @@ SKIP = re.compile(
     r"|^tensorboard\b|\bjupyter\b|^transformer-serve\b|transformer\.cli\.serve\b|^curl\b|\bapt-get\b"
     r"|\bbench/"
 )
+# Tiny settings; greedy evaluation (a beam's trace costs more than the tiny run's
+# training, and tests/test_real_text_run.py evaluates with the real-text beam).
 TINY_TRAIN = ("--num-layers 1 --d-model 16 --num-heads 2 --dff 32 --epochs 1 "
-              "--steps-per-epoch 2 --batch-size 8 --vocab-size 200 --examples 0 --no-export")
-TINY_ADAPT = "--epochs 1 --steps-per-epoch 2 --batch-size 8 --examples 0 --no-export"
+              "--steps-per-epoch 2 --batch-size 8 --vocab-size 200 --examples 0 --no-export "
+              "--eval-beam 1")
+TINY_ADAPT = "--epochs 1 --steps-per-epoch 2 --batch-size 8 --examples 0 --no-export --eval-beam 1"
 ENTRY_POINTS = {
     "transformer-train": "transformer.cli.train",
     "transformer-translate": "transformer.cli.translate",
