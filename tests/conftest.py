@@ -61,9 +61,11 @@ TINY_TRAINING = {
 }
 
 
-# The slowest first: the first five by the 25 slowest tests measured on one
-# core, the rest the files that start processes, train or export. Every other
-# file follows in collection order. Only the order of whole files changes.
+# The slowest first: the notebooks and the backends start kernels and processes
+# that import TensorFlow and train; the resume, trainer and README files held
+# most of the 25 slowest tests of these files measured on one core; the rest
+# start processes, train or export. Every other file follows in collection
+# order. Only the order of whole files changes.
 SLOWEST_FIRST = (
     "test_notebooks.py",
     "test_backends.py",
