@@ -224,9 +224,13 @@ def fit(a):
     keras.utils.set_random_seed(1)
     model = Transformer(num_layers=1, d_model=D_MODEL, num_heads=2, dff=DFF,
                         input_vocab_size=VOCAB, target_vocab_size=VOCAB, max_length=16)
+    # XLA only where the backend always compiles with it (JAX); TensorFlow's step
+    # as train.py compiles it (a tf.function without XLA, its default), which
+    # also traces in a fraction of XLA's time.
     model.compile(optimizer=seams.adam(0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                   ignore_class=0))
+                                                                   ignore_class=0),
+                  jit_compile=keras.backend.backend() == "jax")
     source = np.tile(a["source"], (4, 1))
     target = np.tile(a["target"], (4, 1))
     history = model.fit((source, target[:, :-1]), target[:, 1:], batch_size=4, epochs=5,

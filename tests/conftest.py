@@ -15,6 +15,12 @@ batches, one shared vocabulary with tied embeddings, pre-norm, a numeric
 peak rate, a moving average, beam-4 evaluation), with a non-zero seed and a
 decoder shallower than its encoder: the settings real runs use, which the
 toy-settings `tiny_run` does not reach (tests/test_real_text_run.py).
+
+The slowest files run first. `--dist loadfile` hands whole files to the
+workers, by default those with the most tests first, which left the few-test
+files that start processes and train (the notebooks, the backends) to run
+alone at the end; `SLOWEST_FIRST` orders the files instead, slowest first,
+and the others follow in their usual order.
 """
 
 from __future__ import annotations
@@ -53,6 +59,40 @@ TINY_TRAINING = {
     "eval_batch_size": 64,
     "eval_beam_size": 1,
 }
+
+
+# The slowest first: the notebooks and the backends start kernels and processes
+# that import TensorFlow and train; the resume, trainer and README files held
+# most of the 25 slowest tests of these files measured on one core; the rest
+# start processes, train or export. Every other file follows in collection
+# order. Only the order of whole files changes.
+SLOWEST_FIRST = (
+    "test_notebooks.py",
+    "test_backends.py",
+    "test_run_resume.py",
+    "test_run_trainer.py",
+    "test_readme.py",
+    "test_train_cli.py",
+    "test_translate_cli.py",
+    "test_serve.py",
+    "test_distributed_training.py",
+    "test_run_best.py",
+    "test_export.py",
+    "test_export_ctranslate2.py",
+    "test_real_text_run.py",
+)
+
+
+def pytest_configure(config):
+    """Schedules files in collection order rather than by their number of tests."""
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --dist loadfile
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files of `SLOWEST_FIRST` first, in that order; each file's tests keep theirs."""
+    rank = {name: index for index, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))
 
 
 def write_toy_tsv(directory, seed=0, n_train=200, n_valid=16, n_test=16):

@@ -7,9 +7,10 @@ environment. TensorFlow, the reference, writes its layers' weights and
 outputs; JAX and PyTorch (at once, one process each) load those weights,
 check the outputs to 1e-5, write their own, and train a tiny Transformer with
 `model.fit`; then the TensorFlow process loads theirs and checks theirs. A
-backend whose package is not installed is skipped, saying so
-(`pip install -r requirements-dev.txt` installs both). Marked `slow`: the
-fast suite (`-m "not slow"`) leaves it out, CI and the full suite run it.
+backend whose package is not installed is skipped, saying how to install it
+(`INSTALL`: requirements-dev.txt installs JAX on Python 3.11 and newer,
+requirements-torch.txt PyTorch's CPU build). Marked `slow`: the fast suite
+(`-m "not slow"`) leaves it out, CI and the full suite run it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "backend_layers.py"
 OTHERS = ("jax", "torch")
+INSTALL = {
+    "jax": "pip install -r requirements-dev.txt installs it on Python 3.11 and newer",
+    "torch": "pip install -r requirements-torch.txt installs PyTorch's CPU build",
+}
 TIMEOUT = 300
 # Three processes, each importing Keras and TensorFlow: 50 to 70 s on two busy cores.
 pytestmark = pytest.mark.slow
@@ -61,7 +66,7 @@ def _installed(backend: str) -> bool:
 def _summary(runs: dict, backend: str) -> dict:
     """`backend`'s summary; skipped when its package is missing."""
     if not _installed(backend):
-        pytest.skip(f"{backend} is not installed (pip install -r requirements-dev.txt)")
+        pytest.skip(f"{backend} is not installed ({INSTALL[backend]})")
     assert backend in runs, f"not run: the reference failed\n{runs['tensorflow'].get('error')}"
     assert "error" not in runs[backend], runs[backend]["error"]
     return runs[backend]

@@ -39,9 +39,9 @@ def default_precision(flags: set[str] | None = None) -> str:
     so it needs no loss scaling; variables stay float32.
 
     On Intel CPUs AVX-512 BF16 without AMX is not enough: there a
-    `mixed_bfloat16` step is slower than a float32 one (measurements in
-    BENCHMARKS.md, "Training speed", and "Real text against JoeyNMT" for the
-    AMD CPU).
+    `mixed_bfloat16` step is slower than a float32 one (BENCHMARKS.md,
+    "Machines"; the measurements behind it are in the git history of
+    BENCHMARKS.md and in bench/TRAIN_SPEED.md).
 
     Args:
         flags: CPU flags (and vendor) to decide from, as `cpu_flags` returns

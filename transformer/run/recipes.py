@@ -9,8 +9,8 @@ model of `default_model`); `resolve` then makes the run's complete, frozen
 config from it and the facts of the corpus (`CorpusFacts`): `epochs` and
 `batch_tokens` sized by `size_epochs_and_batches`, `steps_per_epoch` the
 first pass's batches, and this CPU's fastest `precision`. The measurements
-behind each choice are in BENCHMARKS.md (its summary at the top names the
-section of each). Plain Python: no TensorFlow at import, so the train CLI can
+behind each choice are in BENCHMARKS.md ("The real-text defaults" lists them,
+the sections after it measure them). Plain Python: no TensorFlow at import, so the train CLI can
 print them in `--help`.
 """
 
@@ -80,7 +80,8 @@ CORPUS_DEFAULTS = {
     # for runs shorter than that.
     "warmup_steps": 800,
     # The paper's decay: a cool-down to zero at the run's end (`--decay cooldown`)
-    # gained less than the seeds' spread in 5-minute runs (BENCHMARKS.md).
+    # gained less than the seeds' spread in 5-minute runs (BENCHMARKS.md, "Levers
+    # at 5 minutes on the Intel Xeon").
     "decay": "inverse_sqrt",
     # One vocabulary for both languages of at most this many pieces.
     "vocab_size": 8000,
@@ -99,7 +100,7 @@ CORPUS_DEFAULTS = {
     "eval_beam_size": 4,
     # The trained model is a moving average of the weights: more BLEU than the
     # final weights in the same time, though keeping it costs some updates
-    # (docs/design.md, "Math"; BENCHMARKS.md).
+    # (docs/design.md, "Math"; BENCHMARKS.md, "Levers at 5 minutes on the Intel Xeon").
     "ema_momentum": 0.999,
     # Random segmentations of the pairs (Kudo, 2018) in runs long enough to overfit
     # (SAMPLING_MIN_PASSES); shorter runs stay as they are. Unigram vocabularies only.
