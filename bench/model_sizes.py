@@ -17,6 +17,10 @@ Example (one core; the runs of the report took about 2.5 hours):
         --budgets 5 15 --seeds 0 1 --core 1 --runs runs/model_sizes \\
         --json bench/results/model_sizes_ui-es-en_zen4.json --plot docs/model_sizes_ui.png
 
+Tokens are counted as the size rule plans them: a run's updates times its
+batches' token budget (`--batch-tokens`, 32 pairs of mean padded length);
+the target tokens a second of the logs are recorded beside them.
+
 `--collect` skips training and collects the results files in `RUNS/` (each
 size's `RUNS/{corpus}_{M}min_{S}_s{seed}.json`, as `budget_curve.py --json`
 writes them).
@@ -107,7 +111,8 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
             corpus_tokens = round(int(pairs.group(1)) * config.batch_tokens / config.batch_size) \
                 if pairs and config.batch_tokens else None
             params = body_parameters(config.model)
-            tokens = rate * run["train_seconds"] if rate else None
+            # As the size rule plans them: the updates times the batches' token budget.
+            tokens = run["updates"] * config.batch_tokens if config.batch_tokens else None
             runs.append({**run, "corpus": corpus.name, "size": record["label"],
                          "run_dir": f"{runs_dir.name}/{run_dir.parent.name}/{run_dir.name}",
                          "command": portable_command(run["command"], run_dir, corpus),
@@ -115,7 +120,8 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
                                    for k in ("num_layers", "d_model", "num_heads", "dff")},
                          "body_parameters": params,
                          "target_tokens_per_second": rate,
-                         "target_tokens": round(tokens) if tokens else None,
+                         "batch_tokens": config.batch_tokens,
+                         "planned_tokens": tokens,
                          "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
                          "corpus_tokens": corpus_tokens,
                          "machine": record.get("machine_after") or record.get("machine_before")})

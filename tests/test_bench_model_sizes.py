@@ -18,22 +18,23 @@ import model_sizes  # noqa: E402
 
 
 def _run(runs: Path, corpus: str, size: str, minutes: float, seed: int, bleu: float,
-         rates: list[int]) -> None:
+         rates: list[int], updates: int = 100) -> None:
     """A finished run of budget_curve.py: its results file, config.json and log."""
     from transformer.run.config import RunConfig
 
     run_dir = runs / size / f"{corpus}_{minutes:g}min_s{seed}"
     run_dir.mkdir(parents=True)
-    config = RunConfig(data="train.tsv", preset=size)
+    config = RunConfig(data="train.tsv", preset=size, batch_tokens=384)
     (run_dir / "config.json").write_text(json.dumps(config.to_dict()), encoding="utf-8")
-    lines = [f"Step {i}: 9.00 steps a second ({rate:,} target tokens a second), loss 3.0."
+    lines = [f"Corpus {corpus}/train.tsv: 1000 training, 10 validation, 10 test pairs."]
+    lines += [f"Step {i}: 9.00 steps a second ({rate:,} target tokens a second), loss 3.0."
              for i, rate in enumerate(rates)]
     (run_dir.parent / f"{run_dir.name}.log").write_text("\n".join(lines), encoding="utf-8")
     command = (f"taskset -c 1 {sys.executable} /somewhere/train.py --data /data/{corpus}/train.tsv "
                f"--output-dir {run_dir}")
     record = {"label": size, "runs": [{"minutes": minutes, "seed": seed, "run_dir": str(run_dir),
                                        "command": command,
-                                       "bleu_lc": bleu, "updates": 100,
+                                       "bleu_lc": bleu, "updates": updates,
                                        "train_seconds": minutes * 60}]}
     path = model_sizes.results_path(runs, corpus, minutes, size, seed)
     path.write_text(json.dumps(record), encoding="utf-8")
@@ -43,9 +44,9 @@ def _run(runs: Path, corpus: str, size: str, minutes: float, seed: int, bleu: fl
 def runs(tmp_path):
     _run(tmp_path, "ui", "tutorial", 5, 0, 34.0, [3000, 4000])
     _run(tmp_path, "ui", "tutorial", 5, 1, 32.0, [3500])
-    _run(tmp_path, "ui", "medium", 5, 0, 19.0, [1500])
+    _run(tmp_path, "ui", "medium", 5, 0, 19.0, [1500], updates=200)
     _run(tmp_path, "ui", "tutorial", 15, 0, 45.0, [3500])
-    _run(tmp_path, "ui", "medium", 15, 0, 47.0, [1500])
+    _run(tmp_path, "ui", "medium", 15, 0, 47.0, [1500], updates=600)
     return tmp_path
 
 
@@ -59,10 +60,12 @@ def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs
     first = next(r for r in record["runs"] if r["size"] == "tutorial" and r["minutes"] == 5
                  and r["seed"] == 0)
     assert first["target_tokens_per_second"] == 3500.0  # the mean of its lines
-    assert first["target_tokens"] == 3500 * 300
+    # As the rule plans them: updates times the batches' token budget.
+    assert first["planned_tokens"] == 100 * 384
     assert first["body_parameters"] == body_parameters(PRESETS["tutorial"])
     assert first["tokens_per_parameter"] == pytest.approx(
-        3500 * 300 / body_parameters(PRESETS["tutorial"]), abs=1e-3)
+        100 * 384 / body_parameters(PRESETS["tutorial"]), abs=1e-3)
+    assert first["corpus_tokens"] == 1000 * 384 // 32  # pairs times the mean padded length
     assert first["model"]["d_model"] == 128
     # As a reader runs it from a clone, with no path of this machine.
     assert first["command"] == ("taskset -c 1 python train.py --data ui/train.tsv --output-dir "

@@ -2,11 +2,12 @@
 
 A real corpus's run with a `--time-budget` and no model option (the recipe's
 preset `"auto"`) trains the largest size of `SIZE_LADDER` that the budget can
-feed: one whose planned target tokens (the budget times this machine's
-measured tokens a second for that size) are at least `TOKENS_PER_PARAMETER`
-times its body parameters (those of its layers, without the embeddings),
-and whose body parameters are at most `MAX_PARAMETERS_PER_CORPUS_TOKEN` times
-the corpus's training target tokens. Longer budgets and faster machines
+feed: one whose planned tokens (the updates this machine makes of that size
+in the budget, measured, times the token budget of a batch, `batch_tokens`)
+are at least `TOKENS_PER_PARAMETER` times its body parameters (those of its
+layers, without the embeddings), and whose body parameters are at most
+`MAX_PARAMETERS_PER_CORPUS_TOKEN` times the corpus's tokens (its pairs times
+their mean padded length). Longer budgets and faster machines
 (a GPU, more cores) thus get larger models, and the choice never shrinks as
 the budget grows. The form is that of compute-optimal sizing (Hoffmann et
 al., 2022: parameters grow with the tokens a run can train on); the constants
@@ -103,7 +104,7 @@ def token_cost(model: TransformerConfig, vocab_size: int, mean_tokens: float) ->
 @dataclasses.dataclass(frozen=True)
 class Speed:
     """A training step's time on this machine: `step_seconds` + `seconds_per_cost` times
-    the batch's target tokens times `token_cost`.
+    the batch's tokens times `token_cost`.
 
     >>> speed = Speed(step_seconds=0.05, seconds_per_cost=1e-10)
     >>> round(speed.tokens_per_second(2.0e6, 400))
@@ -114,7 +115,7 @@ class Speed:
     seconds_per_cost: float
 
     def tokens_per_second(self, cost: float, batch_tokens: int) -> float:
-        """Target tokens a second in steps of `batch_tokens` target tokens."""
+        """Tokens a second in steps of `batch_tokens` tokens."""
         return batch_tokens / (self.step_seconds + self.seconds_per_cost * cost * batch_tokens)
 
     @classmethod
@@ -162,7 +163,7 @@ def choose(rows: dict[str, dict[str, float]], corpus_tokens: int) -> tuple[str, 
             if rows[p]["body_parameters"] <= MAX_PARAMETERS_PER_CORPUS_TOKEN * corpus_tokens]
     chosen = held[-1] if held else SIZE_LADDER[0]
     row = rows[chosen]
-    why = (f"{row['planned_tokens']:,} target tokens at {row['tokens_per_second']:,.0f} a "
+    why = (f"{row['planned_tokens']:,} batch tokens at {row['tokens_per_second']:,.0f} a "
            f"second, {row['tokens_per_parameter']:.2f} per body parameter "
            f"(the rule asks {TOKENS_PER_PARAMETER})")
     larger = SIZE_LADDER.index(chosen) + 1
@@ -205,7 +206,7 @@ def size_rule(config, speed: Speed, vocab_size: int, mean_tokens: float,
         speed: this machine's `Speed` (`transformer.run.calibration.calibrate`).
         vocab_size: the target vocabulary's size.
         mean_tokens: the mean padded length of a training pair.
-        corpus_tokens: the training pairs' target tokens.
+        corpus_tokens: the training pairs times their mean padded length.
     """
     rows = plan(speed, config.time_budget, config.model, vocab_size, mean_tokens,
                 config.batch_tokens or round(config.batch_size * mean_tokens))
