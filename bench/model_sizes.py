@@ -319,8 +319,10 @@ def main(argv=None) -> int:
     if args.plot:
         cpu = record["machine"].get("cpu_model", "")
         plot(record, args.plot, args.title or f"{', '.join(record['corpora'])}, {cpu}, one core")
-    for minutes, (size, bleu) in envelope(record["runs"]).items():
-        print(f"{minutes:g} min: {size} is best, BLEU {bleu:.2f}")
+    for corpus in record["corpora"]:
+        runs = [run for run in record["runs"] if run["corpus"] == corpus]
+        for minutes, (size, bleu) in envelope(runs).items():
+            print(f"{corpus}, {minutes:g} min: {size} is best, BLEU {bleu:.2f}")
     print(f"fit: {json.dumps(record['fit'])}")
     return 0
 

@@ -179,13 +179,16 @@ def test_the_defaults_benchmarks_lists_are_the_recipes():
         SHORT_RUN_VOCAB_SIZE,
         TARGET_PAIRS_SEEN,
     )
+    from transformer.run.sizing import AUTO_PRESET, REFERENCE_PRESET
     from transformer.training import COOLDOWN_SHARE
 
     assert "BENCHMARKS.md#the-real-text-defaults" in README.read_text(encoding="utf-8")
     benchmarks = (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
     text = " ".join(benchmarks.split("## The real-text defaults", 1)[1].split("\n## ", 1)[0].split())
-    tutorial = PRESETS[CORPUS_DEFAULTS["preset"]]
-    assert (f"the `{CORPUS_DEFAULTS['preset']}` preset: {tutorial.num_layers} layers, "
+    assert CORPUS_DEFAULTS["preset"] == AUTO_PRESET
+    assert "the model the budget chooses" in text and "transformer/run/sizing.py" in text
+    tutorial = PRESETS[REFERENCE_PRESET]
+    assert (f"without one the `{REFERENCE_PRESET}` preset: {tutorial.num_layers} layers, "
             f"d_model {tutorial.d_model}, {tutorial.num_heads} heads, dff {tutorial.dff}") in text
     assert (f"(up to {CORPUS_DEFAULTS['vocab_size']:,} pieces; {SHORT_RUN_VOCAB_SIZE:,} with a "
             f"`--time-budget` of at most {SHORT_RUN_SECONDS // 60} minutes)") in text
