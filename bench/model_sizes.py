@@ -17,9 +17,11 @@ Example (one core; the runs of the report took about 2.5 hours):
         --budgets 5 15 --seeds 0 1 --core 1 --runs runs/model_sizes \\
         --json bench/results/model_sizes_ui-es-en_zen4.json --plot docs/model_sizes_ui.png
 
-Tokens are counted as the size rule plans them: a run's updates times its
-batches' token budget (`--batch-tokens`, 32 pairs of mean padded length);
-the target tokens a second of the logs are recorded beside them.
+Tokens are counted as the size rule counts them: a run's updates times its
+batches' token budget (`--batch-tokens`, 32 pairs of mean padded length),
+repeated passes over the corpus counted for less
+(`transformer.run.sizing.effective_tokens`); the target tokens a second of
+the logs are recorded beside them.
 
 `--collect` skips training and collects the results files in `RUNS/` (each
 size's `RUNS/{corpus}_{M}min_{S}_s{seed}.json`, as `budget_curve.py --json`
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import re
 import statistics
 import subprocess
@@ -93,7 +96,7 @@ def collect(args) -> dict:
 def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
     """Every size's runs of `corpus` in `runs_dir`."""
     from transformer.run.config import RunConfig
-    from transformer.run.sizing import body_parameters
+    from transformer.run.sizing import body_parameters, effective_tokens
 
     runs = []
     for path in sorted(runs_dir.glob(f"{corpus.name}_*min_*_s*.json")):
@@ -111,8 +114,10 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
             corpus_tokens = round(int(pairs.group(1)) * config.batch_tokens / config.batch_size) \
                 if pairs and config.batch_tokens else None
             params = body_parameters(config.model)
-            # As the size rule plans them: the updates times the batches' token budget.
-            tokens = run["updates"] * config.batch_tokens if config.batch_tokens else None
+            # As the size rule plans them: the updates times the batches' token
+            # budget, repeated passes counted for less (`effective_tokens`).
+            planned = run["updates"] * config.batch_tokens if config.batch_tokens else None
+            tokens = effective_tokens(planned, corpus_tokens or 0) if planned else None
             runs.append({**run, "corpus": corpus.name, "size": record["label"],
                          "run_dir": f"{runs_dir.name}/{run_dir.parent.name}/{run_dir.name}",
                          "command": portable_command(run["command"], run_dir, corpus),
@@ -121,7 +126,8 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
                          "body_parameters": params,
                          "target_tokens_per_second": rate,
                          "batch_tokens": config.batch_tokens,
-                         "planned_tokens": tokens,
+                         "planned_tokens": planned,
+                         "effective_tokens": round(tokens) if tokens else None,
                          "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
                          "corpus_tokens": corpus_tokens,
                          "machine": record.get("machine_after") or record.get("machine_before")})
@@ -131,39 +137,41 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
 
 
 def fit(runs: list[dict]) -> dict:
-    """The size rule's constants from the runs (`transformer.run.sizing`).
+    """The size rule's threshold of effective tokens per body parameter
+    (`transformer.run.sizing.TOKENS_PER_PARAMETER`) from the runs.
 
     At each budget, every size is compared with the next smaller one by mean
-    BLEU. Where the larger wins, the rule must choose it: the threshold of
-    tokens per body parameter is at most the larger's ratio there; where it
-    loses, the threshold is above that ratio. The fitted threshold is the
-    geometric mean of the highest losing and the lowest winning ratio. The
-    corpus ceiling is the most body parameters per corpus token among the
-    sizes that won.
+    BLEU. Where the larger wins, the rule must choose it: the threshold is at
+    most the larger's ratio there; where it loses, the threshold is above it.
+    The fitted threshold is the geometric mean of the highest losing and the
+    lowest winning ratio; with no win measured, the first tenth above the
+    highest losing ratio (a lower bound: longer runs would raise it).
     """
     by_budget: dict[tuple[str, float], dict[str, list[dict]]] = {}
     for run in runs:
         by_budget.setdefault((run["corpus"], run["minutes"]), {}).setdefault(
             run["size"], []).append(run)
-    comparisons, won, lost, held = [], [], [], []
+    comparisons, won, lost = [], [], []
     for (corpus, minutes), sizes in sorted(by_budget.items()):
         ordered = sorted(sizes, key=lambda s: sizes[s][0]["body_parameters"])
         for smaller, larger in zip(ordered, ordered[1:], strict=False):
-            mean = {s: statistics.mean(r["bleu_lc"] for r in sizes[s]) for s in (smaller, larger)}
+            mean = {s: round(statistics.mean(r["bleu_lc"] for r in sizes[s]), 2)
+                    for s in (smaller, larger)}
             ratio = statistics.mean(r["tokens_per_parameter"] for r in sizes[larger])
             wins = mean[larger] > mean[smaller]
             (won if wins else lost).append(ratio)
-            if wins and sizes[larger][0].get("corpus_tokens"):
-                held.append(sizes[larger][0]["body_parameters"] / sizes[larger][0]["corpus_tokens"])
             comparisons.append({"corpus": corpus, "minutes": minutes, "smaller": smaller,
                                 "larger": larger, "bleu": mean, "larger_wins": wins,
                                 "larger_tokens_per_parameter": round(ratio, 3)})
     above, below = (max(lost) if lost else None), (min(won) if won else None)
-    value = (above * below) ** 0.5 if above and below and above < below else None
+    if above and below and above < below:
+        value = round((above * below) ** 0.5, 2)
+    elif above and not below:
+        value = math.floor(above * 10 + 1) / 10
+    else:
+        value = None
     return {"comparisons": comparisons,
-            "tokens_per_parameter": {"above": above, "at_most": below,
-                                     "fitted": round(value, 2) if value else None},
-            "max_parameters_per_corpus_token": round(max(held), 1) if held else None}
+            "tokens_per_parameter": {"above": above, "at_most": below, "fitted": value}}
 
 
 def portable_command(command: str, run_dir: Path, corpus: Path) -> str:
@@ -220,10 +228,10 @@ def plot(record: dict, path: Path, title: str) -> None:
         ax.set_title(corpus, fontsize=10)
         ax.set_xlabel("training budget (minutes, one CPU core)")
         ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
-        ax.set_xlim(left=0)
+        ax.set_xlim(0, max(r["minutes"] for r in runs) * 1.1)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

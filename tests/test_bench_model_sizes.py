@@ -100,3 +100,11 @@ def test_the_figure_is_written(runs, tmp_path):
 def test_no_results_is_a_one_line_error(tmp_path, capsys):
     assert model_sizes.main(["--collect", "--corpus", "ui", "--runs", str(tmp_path)]) == 1
     assert "no results files of ui" in capsys.readouterr().err
+
+
+def test_with_no_win_the_fit_is_a_lower_bound(runs):
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=[Path("ui")]))
+    lost = [r for r in record["runs"] if not (r["size"] == "medium" and r["minutes"] == 15)]
+    threshold = model_sizes.fit(lost)["tokens_per_parameter"]
+    assert threshold["at_most"] is None
+    assert threshold["above"] < threshold["fitted"] <= threshold["above"] + 0.1 + 1e-9

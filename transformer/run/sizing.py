@@ -2,12 +2,14 @@
 
 A real corpus's run with a `--time-budget` and no model option (the recipe's
 preset `"auto"`) trains the largest size of `SIZE_LADDER` that the budget can
-feed: one whose planned tokens (the updates this machine makes of that size
-in the budget, measured, times the token budget of a batch, `batch_tokens`)
-are at least `TOKENS_PER_PARAMETER` times its body parameters (those of its
-layers, without the embeddings), and whose body parameters are at most
-`MAX_PARAMETERS_PER_CORPUS_TOKEN` times the corpus's tokens (its pairs times
-their mean padded length). Longer budgets and faster machines
+feed: one whose effective tokens are at least `TOKENS_PER_PARAMETER` times
+its body parameters (those of its layers, without the embeddings). Its
+planned tokens are the updates this machine makes of that size in the
+budget, measured, times the token budget of a batch (`batch_tokens`); the
+effective ones count repeated passes over the corpus (its pairs times their
+mean padded length) at a value that decays as Muennighoff et al. (2023,
+"Scaling Data-Constrained Language Models") fitted (`effective_tokens`), so
+a small corpus holds a smaller model than a large one in the same time. Longer budgets and faster machines
 (a GPU, more cores) thus get larger models, and the choice never shrinks as
 the budget grows. The form is that of compute-optimal sizing (Hoffmann et
 al., 2022: parameters grow with the tokens a run can train on); the constants
@@ -32,6 +34,7 @@ Plain Python (no TensorFlow at import); the measurement itself is
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from transformer.model_config import PRESETS, TransformerConfig
@@ -44,13 +47,14 @@ REFERENCE_PRESET = "tutorial"
 # The sizes the rule chooses from, smallest first: each has more body
 # parameters and costs more a token than the one before.
 SIZE_LADDER = ("small", "tutorial", "medium", "large")
-# A size is trained when the budget gives it at least this many target tokens
-# per body parameter (fitted: BENCHMARKS.md, "The budget chooses the model").
-TOKENS_PER_PARAMETER = 0.5
-# ... and when it has at most this many body parameters per training target
-# token of the corpus: the largest ratio measured to gain (a larger model on
-# fewer tokens is beyond what was measured).
-MAX_PARAMETERS_PER_CORPUS_TOKEN = 25.0
+# A size is trained when the budget gives it at least this many effective
+# tokens per body parameter: `bench/model_sizes.py`'s fit of
+# bench/results/model_sizes_zen4.json, where no larger size beat the next
+# smaller one up to 1.28 (BENCHMARKS.md, "The budget chooses the model").
+TOKENS_PER_PARAMETER = 1.3
+# Repeated passes over the corpus are worth a unique pass's tokens times
+# exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
+REPEAT_DECAY = 15.4
 
 
 def body_parameters(model: TransformerConfig) -> int:
@@ -139,43 +143,51 @@ def candidate_model(preset: str, base: TransformerConfig) -> TransformerConfig:
                                dff=sizes.dff)
 
 
+def effective_tokens(planned: float, corpus_tokens: float) -> float:
+    """`planned` tokens of passes over a corpus of `corpus_tokens`, the repeats
+    counted as Muennighoff et al. (2023) fitted: the first pass whole, then
+    `corpus_tokens * REPEAT_DECAY * (1 - exp(-repeats / REPEAT_DECAY))`.
+
+    >>> effective_tokens(500, 1000), round(effective_tokens(11000, 1000))
+    (500, 8355)
+    """
+    if corpus_tokens <= 0 or planned <= corpus_tokens:
+        return planned
+    repeats = planned / corpus_tokens - 1
+    return corpus_tokens * (1 + REPEAT_DECAY * (1 - math.exp(-repeats / REPEAT_DECAY)))
+
+
 def plan(speed: Speed, budget_seconds: float, base: TransformerConfig, vocab_size: int,
-         mean_tokens: float, batch_tokens: int) -> dict[str, dict[str, float]]:
-    """Every size of the ladder's estimated tokens a second, planned target
-    tokens in the budget, body parameters and their ratio."""
+         mean_tokens: float, batch_tokens: int, corpus_tokens: int) -> dict[str, dict]:
+    """Every size of the ladder's estimated tokens a second, planned and
+    effective tokens in the budget, body parameters and their ratio."""
     rows = {}
     for preset in SIZE_LADDER:
         model = candidate_model(preset, base)
         rate = speed.tokens_per_second(token_cost(model, vocab_size, mean_tokens), batch_tokens)
         params = body_parameters(model)
+        effective = effective_tokens(rate * budget_seconds, corpus_tokens)
         rows[preset] = {"tokens_per_second": round(rate, 1),
                         "planned_tokens": round(rate * budget_seconds),
+                        "effective_tokens": round(effective),
                         "body_parameters": params,
-                        "tokens_per_parameter": round(rate * budget_seconds / params, 3)}
+                        "tokens_per_parameter": round(effective / params, 3)}
     return rows
 
 
-def choose(rows: dict[str, dict[str, float]], corpus_tokens: int) -> tuple[str, str]:
-    """The largest size the budget can feed and the corpus can hold, and why
-    (the smallest when none qualifies)."""
+def choose(rows: dict[str, dict]) -> tuple[str, str]:
+    """The largest size the budget can feed, and why (the smallest when none can)."""
     fed = [p for p in SIZE_LADDER if rows[p]["tokens_per_parameter"] >= TOKENS_PER_PARAMETER]
-    held = [p for p in fed
-            if rows[p]["body_parameters"] <= MAX_PARAMETERS_PER_CORPUS_TOKEN * corpus_tokens]
-    chosen = held[-1] if held else SIZE_LADDER[0]
+    chosen = fed[-1] if fed else SIZE_LADDER[0]
     row = rows[chosen]
     why = (f"{row['planned_tokens']:,} batch tokens at {row['tokens_per_second']:,.0f} a "
-           f"second, {row['tokens_per_parameter']:.2f} per body parameter "
-           f"(the rule asks {TOKENS_PER_PARAMETER})")
+           f"second, {row['effective_tokens']:,} counting repeated passes, "
+           f"{row['tokens_per_parameter']:.2f} per body parameter (the rule asks "
+           f"{TOKENS_PER_PARAMETER})")
     larger = SIZE_LADDER.index(chosen) + 1
     if larger < len(SIZE_LADDER):
         bigger = SIZE_LADDER[larger]
-        if bigger in fed:
-            why += (f"; {bigger} would have {rows[bigger]['body_parameters']:,} body "
-                    f"parameters for {corpus_tokens:,} corpus tokens, over "
-                    f"{MAX_PARAMETERS_PER_CORPUS_TOKEN:g} a token")
-        else:
-            why += (f"; {bigger} would get {rows[bigger]['tokens_per_parameter']:.2f} "
-                    "per parameter")
+        why += f"; {bigger} would get {rows[bigger]['tokens_per_parameter']:.2f}"
     return chosen, why
 
 
@@ -209,14 +221,14 @@ def size_rule(config, speed: Speed, vocab_size: int, mean_tokens: float,
         corpus_tokens: the training pairs times their mean padded length.
     """
     rows = plan(speed, config.time_budget, config.model, vocab_size, mean_tokens,
-                config.batch_tokens or round(config.batch_size * mean_tokens))
-    chosen, why = choose(rows, corpus_tokens)
+                config.batch_tokens or round(config.batch_size * mean_tokens), corpus_tokens)
+    chosen, why = choose(rows)
     sizes = PRESETS[chosen]
     reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
               f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {why}")
     record = {"preset": chosen, "reason": reason,
               "calibration": dataclasses.asdict(speed), "candidates": rows,
               "tokens_per_parameter": TOKENS_PER_PARAMETER,
-              "max_parameters_per_corpus_token": MAX_PARAMETERS_PER_CORPUS_TOKEN,
+              "repeat_decay": REPEAT_DECAY,
               "corpus_tokens": int(corpus_tokens)}
     return chosen, record
