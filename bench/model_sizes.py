@@ -11,11 +11,13 @@ and the target tokens per body parameter that the rule reads, and BLEU; and
 draws BLEU against minutes, a line per size, the envelope (the best size at
 each budget) marked (`--plot`).
 
-Example (one core; the runs of the report took about 2.5 hours):
+Example (one core; BENCHMARKS.md, "The budget chooses the model", has the
+report's commands):
 
-    python bench/model_sizes.py --corpus ui-es-en --sizes small tutorial medium \\
-        --budgets 5 15 --seeds 0 1 --core 1 --runs runs/model_sizes \\
-        --json bench/results/model_sizes_ui-es-en_zen4.json --plot docs/model_sizes_ui.png
+    python bench/model_sizes.py --corpus data/bible-es-en ui-es-en \\
+        --sizes small tutorial medium --budgets 5 --seeds 0 1 --core 1 \\
+        --runs runs/model_sizes --json bench/results/model_sizes_zen4.json \\
+        --plot docs/model_sizes.png
 
 Tokens are counted as the size rule counts them: a run's updates times its
 batches' token budget (`--batch-tokens`, 32 pairs of mean padded length),

@@ -223,8 +223,8 @@ def test_presets():
     config = TransformerConfig.from_preset("tutorial", num_layers=2, dff=None)
     assert config.num_layers == 2 and config.dff == 512
     assert TransformerConfig.from_dict(config.to_dict()) == config
-    with pytest.raises(ValueError, match="preset='big'"):
-        TransformerConfig.from_preset("big")
+    with pytest.raises(ValueError, match="preset='huge'"):
+        TransformerConfig.from_preset("huge")
     with pytest.raises(ValueError, match="divisor"):
         TransformerConfig.from_preset("toy", num_heads=3)
 
