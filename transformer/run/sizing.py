@@ -9,12 +9,13 @@ budget, measured, times the token budget of a batch (`batch_tokens`); the
 effective ones count repeated passes over the corpus (its pairs times their
 mean padded length) at a value that decays as Muennighoff et al. (2023,
 "Scaling Data-Constrained Language Models") fitted (`effective_tokens`), so
-a small corpus holds a smaller model than a large one in the same time. Longer budgets and faster machines
-(a GPU, more cores) thus get larger models, and the choice never shrinks as
-the budget grows. The form is that of compute-optimal sizing (Hoffmann et
-al., 2022: parameters grow with the tokens a run can train on); the constants
-are fitted to BLEU against minutes for each size on the development corpora
-(BENCHMARKS.md, "The budget chooses the model").
+a small corpus holds a smaller model than a large one in the same time.
+Longer budgets and faster machines (a GPU, more cores) thus get larger
+models, and the choice never shrinks as the budget grows. The form is that
+of compute-optimal sizing (Hoffmann et al., 2022: parameters grow with the
+tokens a run can train on); the threshold is fitted to BLEU against minutes
+for each size on the development corpora (BENCHMARKS.md, "The budget chooses
+the model").
 
 The machine's speed is measured at the start of the run
 (`transformer.run.calibration.calibrate`): a few
