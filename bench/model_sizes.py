@@ -1,7 +1,8 @@
 """BLEU against minutes for each model size: the measurements behind the size
 rule (`transformer/run/sizing.py`) and its figure.
 
-For each size S (a preset of `transformer.model_config.PRESETS`), it runs
+For each size S (a preset of `transformer.model_config.PRESETS`, or `auto`:
+the size rule's own choice, recorded per run as `preset`), it runs
 `bench/budget_curve.py --train-args "--preset S"` on one core, for the budgets
 and seeds given, with the runs in `RUNS/S/` (finished runs are read, not
 trained again; an interrupted one resumes). Then it collects every size's
@@ -68,15 +69,15 @@ def train(args) -> None:
     """Every size, budget and seed through `budget_curve.py`, one results file each."""
     for corpus, minutes, seed, size in itertools.product(args.corpus, args.budgets, args.seeds,
                                                           args.sizes):
-                command = [sys.executable, str(BENCH / "budget_curve.py"),
-                           "--corpus", str(corpus), "--budgets", f"{minutes:g}",
-                           "--seeds", str(seed), "--core", str(args.core),
-                           "--runs", str(args.runs / size), "--train-args", f"--preset {size}",
-                           "--label", size, "--json",
-                           str(results_path(args.runs, corpus.name, minutes, size, seed))]
-                if subprocess.run(command).returncode:
-                    raise BenchError(f"budget_curve.py failed for {size}, {minutes:g} min, "
-                                     f"seed {seed}")
+        command = [sys.executable, str(BENCH / "budget_curve.py"),
+                   "--corpus", str(corpus), "--budgets", f"{minutes:g}",
+                   "--seeds", str(seed), "--core", str(args.core),
+                   "--runs", str(args.runs / size), "--train-args", f"--preset {size}",
+                   "--label", size, "--json",
+                   str(results_path(args.runs, corpus.name, minutes, size, seed))]
+        if subprocess.run(command).returncode:
+            raise BenchError(f"budget_curve.py failed for {size}, {minutes:g} min, "
+                             f"seed {seed}")
 
 
 def log_rate(log: Path) -> float | None:
@@ -120,7 +121,9 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
             # budget, repeated passes counted for less (`effective_tokens`).
             planned = run["updates"] * config.batch_tokens if config.batch_tokens else None
             tokens = effective_tokens(planned, corpus_tokens or 0) if planned else None
+            # "auto" is the size rule's own choice: the preset it chose is in config.json.
             runs.append({**run, "corpus": corpus.name, "size": record["label"],
+                         "preset": config.preset,
                          "run_dir": f"{runs_dir.name}/{run_dir.parent.name}/{run_dir.name}",
                          "command": portable_command(run["command"], run_dir, corpus),
                          "model": {k: getattr(config.model, k)
