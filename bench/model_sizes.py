@@ -30,6 +30,14 @@ the logs are recorded beside them.
 size's `RUNS/{corpus}_{M}min_{S}_s{seed}.json`, as `budget_curve.py --json`
 writes them).
 
+`--measurement-cost` times instead what the size rule's measurement of each
+size costs at the start of a run (wall and CPU seconds, the trace included),
+in this process (pin it with taskset):
+
+    taskset -c 1 python bench/model_sizes.py --measurement-cost \
+        --sizes small tutorial medium large --precision mixed_bfloat16 \
+        --json bench/results/model_sizes_measurement_zen4.json
+
 `--cores-speed` measures instead each size's training steps on one core and
 on `--both-cores` (one process, TensorFlow's threads over them), in float32
 and mixed_bfloat16, at a batch of `--pairs` pairs of `--length` tokens, a
@@ -50,6 +58,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -261,6 +270,32 @@ def step_worker(args) -> int:
     return 0
 
 
+def measurement_cost(args) -> dict:
+    """What the size rule's measurement of each size costs at the start of a run
+    (`transformer.run.calibration.measure_step`, its trace included): wall and
+    CPU seconds in this process, and the step time it measured."""
+    import keras
+
+    from transformer.run.calibration import measure_step
+    from transformer.run.config import RunConfig
+
+    config = RunConfig(data="corpus.tsv", precision=args.precision,
+                       batch_tokens=args.pairs * args.length)
+    rows = []
+    keras.mixed_precision.set_global_policy(args.precision)
+    for size in args.sizes:
+        wall, cpu = time.perf_counter(), time.process_time()
+        seconds = measure_step(config, size, args.vocab, args.length)
+        rows.append({"size": size, "wall_seconds": round(time.perf_counter() - wall, 2),
+                     "cpu_seconds": round(time.process_time() - cpu, 2),
+                     "step_seconds": round(seconds, 5)})
+        print(f"{size}: {rows[-1]['wall_seconds']} s ({rows[-1]['cpu_seconds']} s of CPU), "
+              f"a step {seconds * 1000:.1f} ms", flush=True)
+    return {"machine": machine(), "precision": args.precision,
+            "batch": {"pairs": args.pairs, "length": args.length, "vocab": args.vocab},
+            "rows": rows}
+
+
 def cores_speed(args) -> dict:
     """Every size and precision on one core and on both, a worker process each."""
     from common import pinned, worker_json
@@ -306,7 +341,11 @@ def parse_args(argv=None):
                         help="tokens a sentence (ui-es-en's mean padded pair is about 12)")
     parser.add_argument("--vocab", type=int, default=4000)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--measurement-cost", action="store_true",
+                        help="time the size rule's measurement of each size (--sizes) "
+                             "in this process, at --precision")
+    parser.add_argument("--precision", default="float32",
+                        help="float32 or mixed_bfloat16 (--measurement-cost)")
     parser.add_argument("--step-worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -315,8 +354,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.step_worker:
         return step_worker(args)
-    if args.cores_speed:
-        record = cores_speed(args)
+    if args.cores_speed or args.measurement_cost:
+        record = cores_speed(args) if args.cores_speed else measurement_cost(args)
         if args.json:
             write_json(args.json, record)
         return 0

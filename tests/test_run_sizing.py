@@ -28,16 +28,18 @@ ONE_CORE = Speed(step_seconds=0.04, seconds_per_cost=2.5e-11)
 
 
 def _resolved(minutes, pairs=26_000, mean_tokens=12.0, speed=ONE_CORE, **choices):
+    """The resolved config, and the (config, preset) of each step time measured."""
     calls = []
 
-    def calibrate(config):
-        calls.append(config)
-        return speed
+    def measure_step(config, preset):
+        calls.append((config, preset))
+        model = sizing.candidate_model(preset, config.model)
+        return speed.step(token_cost(model, 4000, mean_tokens), config.batch_tokens)
 
     config = RunConfig(data="pairs.tsv", precision="float32",
                        time_budget=None if minutes is None else minutes * 60.0, **choices)
     facts = CorpusFacts(pairs, mean_tokens, lambda tokens, size: 100, vocab_size=4000,
-                        calibrate=calibrate)
+                        measure_step=measure_step)
     return resolve(config, facts), calls
 
 
@@ -137,7 +139,7 @@ def test_a_faster_machine_gets_a_larger_model_in_the_same_minutes():
 
 def test_the_choice_is_complete_and_recorded():
     config, calls = _resolved(45, pairs=1_000_000)
-    assert len(calls) == 1 and calls[0].precision == "float32" and calls[0].batch_tokens
+    assert calls and all(c.precision == "float32" and c.batch_tokens for c, _ in calls)
     record = config.size_rule
     assert config.preset in SIZE_LADDER and record["preset"] == config.preset
     assert config.model.d_model == PRESETS[config.preset].d_model
@@ -146,8 +148,17 @@ def test_the_choice_is_complete_and_recorded():
     assert config.model.normalize_first and config.model.tie_embeddings
     assert config.model.dropout_rate == 0.0
     assert config.learning_rate == pytest.approx((config.model.d_model * 4000) ** -0.5)
-    assert record["calibration"] == dataclasses.asdict(ONE_CORE)
+    # The step times measured, each as the machine gave it; every size's figures.
+    assert set(record["step_seconds"]) == {preset for _, preset in calls}
+    for preset, seconds in record["step_seconds"].items():
+        cost = token_cost(PRESETS[preset], 4000, 12.0)
+        assert seconds == pytest.approx(ONE_CORE.step(cost, record["batch_tokens"]), rel=1e-3)
     assert set(record["candidates"]) == set(SIZE_LADDER)
+    for preset, row in record["candidates"].items():  # estimates through the measured
+        cost = token_cost(PRESETS[preset], 4000, 12.0)
+        assert row["measured"] == (preset in record["step_seconds"])
+        assert row["tokens_per_second"] == pytest.approx(
+            ONE_CORE.tokens_per_second(cost, record["batch_tokens"]), rel=1e-3)
     assert config.preset in record["reason"] and "45 min" in record["reason"]
     json.dumps(config.to_dict())  # config.json can hold it
     assert RunConfig.from_dict(config.to_dict()) == config  # and gives it back unchanged
@@ -162,7 +173,7 @@ def test_overrides_win_and_nothing_is_measured():
     config = config_of_choices({"data": "pairs.tsv", "num_layers": 2, "time_budget": 2700.0})
     assert config.preset == "tutorial" and config.model.num_layers == 2
     resolved = resolve(config, CorpusFacts(1000, 12.0, lambda tokens, size: 10, 4000,
-                                           calibrate=lambda config: pytest.fail("measured")))
+                                           measure_step=lambda *args: pytest.fail("measured")))
     assert resolved.model.num_layers == 2 and resolved.size_rule is None
 
 
@@ -185,34 +196,58 @@ def test_the_toy_corpus_keeps_its_preset():
 def test_a_resolved_config_resolves_to_itself():
     config, _ = _resolved(45, pairs=1_000_000)
     again = resolve(config, CorpusFacts(1_000_000, 12.0, lambda tokens, size: 100, 4000,
-                                        calibrate=lambda config: pytest.fail("measured")))
+                                        measure_step=lambda *args: pytest.fail("measured")))
     assert again == config
 
 
-def test_calibrate_times_real_steps(monkeypatch):
-    """The calibration's speed is measured, not assumed: real steps of two sizes
+def test_only_the_sizes_the_choice_needs_are_measured():
+    """A short budget measures the reference size alone; a size is measured only
+    when the one below it was fed and it could be fed at that one's speed; every
+    choice is the one that measuring every size would give."""
+    def everything_measured(minutes, pairs):
+        config, _ = _resolved(minutes, pairs=pairs)
+        rows = {p: ONE_CORE.tokens_per_second(token_cost(PRESETS[p], 4000, 12.0),
+                                              config.size_rule["batch_tokens"])
+                for p in SIZE_LADDER}
+        fed = [p for p in SIZE_LADDER if sizing.candidate_row(
+            PRESETS[p], rows[p], minutes * 60.0, round(pairs * 12.0)
+        )["tokens_per_parameter"] >= TOKENS_PER_PARAMETER]
+        return fed[-1] if fed else SIZE_LADDER[0]
+
+    short, calls = _resolved(5, pairs=38_000)
+    assert [preset for _, preset in calls] == ["tutorial"]
+    for minutes, pairs in ((5, 38_000), (15, 300_000), (45, 1_000_000), (120, 1_400_000),
+                           (1440, 5_000_000), (1440, 2_000)):
+        config, calls = _resolved(minutes, pairs=pairs)
+        measured = [preset for _, preset in calls]
+        assert measured == list(SIZE_LADDER[1:1 + len(measured)])  # climbed in order
+        assert config.preset == everything_measured(minutes, pairs), (minutes, pairs)
+        if config.preset != SIZE_LADDER[-1]:  # at most one size above the choice
+            assert len(measured) <= SIZE_LADDER.index(config.preset) + 1
+
+
+def test_measure_step_times_real_steps(monkeypatch):
+    """The step time is measured, not assumed: real steps of the size asked
     (one-layer ones here, to keep the test fast) at the run's batch shape."""
     for name, width in (("one_layer_16", 16), ("one_layer_64", 64)):
         monkeypatch.setitem(PRESETS, name, TransformerConfig(
             num_layers=1, d_model=width, num_heads=2, dff=4 * width, max_length=32))
     from transformer.run import calibration
 
-    monkeypatch.setattr(calibration, "CALIBRATION_PRESETS", ("one_layer_16", "one_layer_64"))
     monkeypatch.setattr(calibration, "CALIBRATION_STEPS", 2)
+    built = []
+    real_build = calibration.build_model
+
+    def recorded(model, *args):
+        built.append(model.d_model)
+        return real_build(model, *args)
+
+    monkeypatch.setattr(calibration, "build_model", recorded)
     config = RunConfig(data="pairs.tsv", precision="float32", time_budget=60.0, batch_tokens=96)
-    points = []
-    real_from_two = Speed.from_two
-
-    def recorded(found, batch_tokens):
-        points.extend(found)
-        return real_from_two(found, batch_tokens)
-
-    monkeypatch.setattr(Speed, "from_two", staticmethod(recorded))
-    speed = calibration.calibrate(config, 200, 8.0)
-    assert len(points) == 2 and all(seconds > 0 for _, seconds in points)
-    assert points[1][0] > points[0][0]  # the wider size costs more a token
-    assert speed.step_seconds >= 0 and speed.seconds_per_cost > 0
-    assert 0 < speed.tokens_per_second(points[0][0], 96) < 1e8
+    seconds = [calibration.measure_step(config, name, 200, 8.0)
+               for name in ("one_layer_16", "one_layer_64")]
+    assert built == [16, 64]
+    assert all(0 < value < 60 for value in seconds)
 
 
 def test_a_budget_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeypatch):
@@ -230,24 +265,24 @@ def test_a_budget_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeyp
     monkeypatch.setattr(sizing, "SIZE_LADDER", ("toy", "small"))
     measured = []
 
-    def calibrate(config, vocab_size, mean_tokens):
-        measured.append((config.precision, config.batch_tokens, vocab_size, mean_tokens))
-        return Speed(step_seconds=0.5, seconds_per_cost=1e-6)  # too slow for `small`
+    def measure_step(config, preset, vocab_size, mean_tokens):
+        measured.append((config.precision, preset, vocab_size, mean_tokens))
+        return 0.5  # too slow for `small`
 
-    monkeypatch.setattr(trainer, "calibrate", calibrate)
+    monkeypatch.setattr(trainer, "measure_step", measure_step)
     config = RunConfig(data=str(train_tsv), valid=str(valid_tsv), test=str(test_tsv),
                        output_dir=str(tmp_path / "run"), time_budget=1.0, vocab_size=120,
                        precision="float32", eval_beam_size=1)
     assert config.preset == AUTO_PRESET
     first = train(config, verbose=0, export=False)
     saved = json.loads((first.run_dir / rundir.CONFIG_FILE).read_text(encoding="utf-8"))
-    assert len(measured) == 1 and measured[0][0] == "float32" and measured[0][2] == 120
+    assert measured == [("float32", "small", 120, measured[0][3])]
     assert saved["preset"] == "toy" and saved["model"]["d_model"] == PRESETS["toy"].d_model
     assert saved["model"]["max_length"] == PRESETS["tutorial"].max_length  # sized the tokens
-    assert saved["size_rule"]["calibration"] == {"step_seconds": 0.5, "seconds_per_cost": 1e-6}
+    assert saved["size_rule"]["step_seconds"] == {"small": 0.5}
     assert saved["size_rule"]["preset"] == "toy"
 
-    monkeypatch.setattr(trainer, "calibrate", lambda *args: pytest.fail("measured again"))
+    monkeypatch.setattr(trainer, "measure_step", lambda *args: pytest.fail("measured again"))
     resumed = train(config.replace(time_budget=3.0), resume=True, verbose=0, export=False)
     again = json.loads((resumed.run_dir / rundir.CONFIG_FILE).read_text(encoding="utf-8"))
     assert again["model"] == saved["model"] and again["size_rule"] == saved["size_rule"]

@@ -1,6 +1,6 @@
 """The speed measurement of the size rule (`transformer.run.sizing`): real
-training steps of two sizes at the run's batch shape and precision, before
-training starts, give this machine's `Speed`."""
+training steps of one size at the run's batch shape and precision, before
+training starts. The rule measures only the sizes its choice needs."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import numpy as np
 
 from transformer.model import build_model
 from transformer.model_config import TransformerConfig
-from transformer.run.sizing import Speed, candidate_model, token_cost
+from transformer.run.sizing import candidate_model
 from transformer.training import MaskedLoss
 
 logger = logging.getLogger(__name__)
 
-# The two sizes timed (the others' speeds are interpolated or extrapolated).
-CALIBRATION_PRESETS = ("tutorial", "medium")
 # Timed steps of each, after `CALIBRATION_WARMUP` untimed ones (the first traces
 # the step).
 CALIBRATION_STEPS = 6
@@ -45,20 +43,17 @@ def step_seconds(model: TransformerConfig, vocab_size: int, pairs: int, length: 
     return (time.perf_counter() - started) / steps
 
 
-def calibrate(config, vocab_size: int, mean_tokens: float) -> Speed:
-    """Times `CALIBRATION_STEPS` training steps of each of `CALIBRATION_PRESETS`
-    at the run's batch shape and precision (random tokens; the run's RNG is
-    seeded again before its own model is built) and returns the `Speed` through
-    them. About ten seconds on one CPU core, before training starts."""
-    logger.info("Measuring this machine's training speed for the size rule (%s, a few "
-                "steps each).", " and ".join(CALIBRATION_PRESETS))
+def measure_step(config, preset: str, vocab_size: int, mean_tokens: float) -> float:
+    """The mean seconds of a training step of `preset`'s sizes (with the run's
+    other model settings) at the run's batch shape and precision, on random
+    tokens; the run's RNG is seeded again before its own model is built. Its
+    first step traces the model, which costs most of the time (about 20 to 40
+    seconds on one CPU core)."""
+    logger.info("Measuring this machine's training speed of %s for the size rule.", preset)
     keras.mixed_precision.set_global_policy(config.precision)
     length = max(2, round(mean_tokens))
     pairs = max(1, (config.batch_tokens or config.batch_size * length) // length)
-    points = []
-    for preset in CALIBRATION_PRESETS:
-        model = candidate_model(preset, config.model)
-        seconds = step_seconds(model, vocab_size, pairs, length, seed=config.seed)
-        points.append((token_cost(model, vocab_size, mean_tokens), seconds))
+    seconds = step_seconds(candidate_model(preset, config.model), vocab_size, pairs, length,
+                           seed=config.seed)
     keras.backend.clear_session()  # the trainer sets its seed and precision again
-    return Speed.from_two(points, pairs * length)
+    return seconds

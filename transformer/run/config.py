@@ -190,7 +190,7 @@ class RunConfig:
     model: TransformerConfig | None = setting(None, "the model's sizes", section="model",
                                               flag="")
     # How the time budget chose the model (`transformer.run.sizing.size_rule`):
-    # the preset, the reason, the calibration and every candidate's figures.
+    # the preset, the reason, the step times measured and every candidate's figures.
     size_rule: dict | None = setting(None, "the record of the size rule's choice",
                                      section="model", flag="")
     # -- schedule ------------------------------------------------------------

@@ -309,16 +309,18 @@ class CorpusFacts:
         pass_batches: `pass_batches(batch_tokens, batch_size)`, the batches of
             the first pass over the pairs (`transformer.data.batching.batches_per_pass`).
         vocab_size: the target vocabulary's size (for the size rule).
-        calibrate: `calibrate(config)`, this machine's `transformer.run.sizing.Speed`
-            for the run's batches and precision; None where the size rule must not
-            measure (then a run of preset "auto" trains the reference preset).
+        measure_step: `measure_step(config, preset)`, the mean seconds of a
+            training step of that size at the run's batches and precision on this
+            machine (`transformer.run.calibration.measure_step`); None where the
+            size rule must not measure (then a run of preset "auto" trains the
+            reference preset).
     """
 
     num_pairs: int
     mean_tokens: float
     pass_batches: Callable[[int, int], int]
     vocab_size: int = 0
-    calibrate: Callable[[Any], Any] | None = None
+    measure_step: Callable[[Any, str], float] | None = None
 
 
 def resolve(config, facts: CorpusFacts):
@@ -351,12 +353,13 @@ def resolve(config, facts: CorpusFacts):
 
 def _choose_model(config, facts: CorpusFacts):
     """`config` with the model of `transformer.run.sizing.size_rule` and its record."""
-    because = unmeasured(config, facts.calibrate is not None)
+    because = unmeasured(config, facts.measure_step is not None)
     if because:
         preset, record = reference_choice(because)
     else:
-        preset, record = size_rule(config, facts.calibrate(config), facts.vocab_size,
-                                   facts.mean_tokens, round(facts.num_pairs * facts.mean_tokens))
+        preset, record = size_rule(config, lambda size: facts.measure_step(config, size),
+                                   facts.vocab_size, facts.mean_tokens,
+                                   round(facts.num_pairs * facts.mean_tokens))
     # The chosen sizes; the rest (its max_length, which sized the tokens) as it was.
     return config.replace(preset=preset, model=candidate_model(preset, config.model),
                           size_rule=record)

@@ -17,13 +17,18 @@ tokens a run can train on); the threshold is fitted to BLEU against minutes
 for each size on the development corpora (BENCHMARKS.md, "The budget chooses
 the model").
 
-The machine's speed is measured at the start of the run
-(`transformer.run.calibration.calibrate`): a few
-training steps of two sizes at the run's batch shape and precision give a
-step's fixed cost and its cost per multiply-add (`Speed`), from which every
-size's tokens a second follow (`token_cost`). The choice, the calibration and
-every candidate's figures are recorded in `config.json` (`size_rule`), so a
-resume keeps the model; the log says what was chosen and why in one line.
+The machine's speed is measured at the start of the run, and only as far as
+the choice needs it (`size_rule`): a few training steps of a size at the
+run's batch shape and precision (`transformer.run.calibration.measure_step`)
+give its tokens a second. The ladder is climbed from the size after the
+smallest: a size is measured only when the one below it was fed and it could
+be fed itself at that one's speed (a dearer size is never faster), so every
+choice rests on measured speeds and a short budget measures one size. The
+sizes not measured are estimated, for the record, through the measured ones
+(`Speed`: a step's fixed cost and its cost per multiply-add, `token_cost`).
+The choice, the measured step times and every candidate's figures are
+recorded in `config.json` (`size_rule`), so a resume keeps the model; the log
+says what was chosen and why in one line.
 
 Without a time budget the run is sized by its epochs and trains the
 `REFERENCE_PRESET`; a multi-worker run does too, since its workers would each
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 from transformer.model_config import PRESETS, TransformerConfig
@@ -119,21 +125,29 @@ class Speed:
     step_seconds: float
     seconds_per_cost: float
 
+    def step(self, cost: float, batch_tokens: int) -> float:
+        """The seconds of a step of `batch_tokens` tokens of `cost` each."""
+        return self.step_seconds + self.seconds_per_cost * cost * batch_tokens
+
     def tokens_per_second(self, cost: float, batch_tokens: int) -> float:
         """Tokens a second in steps of `batch_tokens` tokens."""
-        return batch_tokens / (self.step_seconds + self.seconds_per_cost * cost * batch_tokens)
+        return batch_tokens / self.step(cost, batch_tokens)
 
     @classmethod
-    def from_two(cls, points: list[tuple[float, float]], batch_tokens: int) -> Speed:
-        """The speed through two measured (token cost, step seconds) points; a line
-        through the origin through the first when the two disagree with a fixed
-        cost (a fixed cost below zero, or a second step not dearer)."""
-        (cost_a, seconds_a), (cost_b, seconds_b) = points
+    def through(cls, points: list[tuple[float, float]], batch_tokens: int) -> Speed:
+        """The speed through measured (token cost, step seconds) points, cheapest
+        first: through the last two, or through the origin and a single one (no
+        fixed cost assumed). Through the origin and the first of the two too
+        when they disagree with a fixed cost (a fixed cost below zero, or the
+        second step not dearer)."""
+        cost_a, seconds_a = points[-2] if len(points) > 1 else points[-1]
+        origin = cls(0.0, seconds_a / (cost_a * batch_tokens))
+        if len(points) < 2:
+            return origin
+        cost_b, seconds_b = points[-1]
         slope = (seconds_b - seconds_a) / ((cost_b - cost_a) * batch_tokens)
         fixed = seconds_a - slope * cost_a * batch_tokens
-        if slope <= 0 or fixed < 0:
-            return cls(0.0, seconds_a / (cost_a * batch_tokens))
-        return cls(fixed, slope)
+        return origin if slope <= 0 or fixed < 0 else cls(fixed, slope)
 
 
 def candidate_model(preset: str, base: TransformerConfig) -> TransformerConfig:
@@ -158,28 +172,60 @@ def effective_tokens(planned: float, corpus_tokens: float) -> float:
     return corpus_tokens * (1 + REPEAT_DECAY * (1 - math.exp(-repeats / REPEAT_DECAY)))
 
 
-def plan(speed: Speed, budget_seconds: float, base: TransformerConfig, vocab_size: int,
-         mean_tokens: float, batch_tokens: int, corpus_tokens: int) -> dict[str, dict]:
-    """Every size of the ladder's estimated tokens a second, planned and
-    effective tokens in the budget, body parameters and their ratio."""
+def candidate_row(model: TransformerConfig, tokens_per_second: float, budget_seconds: float,
+                  corpus_tokens: int) -> dict:
+    """A size's tokens a second, its planned and effective tokens in the budget,
+    its body parameters and their ratio (`tokens_per_parameter`)."""
+    params = body_parameters(model)
+    effective = effective_tokens(tokens_per_second * budget_seconds, corpus_tokens)
+    return {"tokens_per_second": round(tokens_per_second, 1),
+            "planned_tokens": round(tokens_per_second * budget_seconds),
+            "effective_tokens": round(effective),
+            "body_parameters": params,
+            "tokens_per_parameter": round(effective / params, 3)}
+
+
+def climb(measure: Callable[[str], float], budget_seconds: float, base: TransformerConfig,
+          vocab_size: int, mean_tokens: float, batch_tokens: int, corpus_tokens: int
+          ) -> tuple[str, dict[str, float], dict[str, dict]]:
+    """The largest size of the ladder the budget can feed, measuring no more
+    sizes than that takes; the step seconds measured; every size's row
+    (`candidate_row`, `"measured"` false for an estimate through the measured
+    sizes, `Speed.through`).
+
+    `measure(preset)` is the mean step seconds of a size at the run's batches.
+    The smallest size is chosen when the next one cannot be fed, so the climb
+    starts there; each size after it is measured only if the budget could feed
+    it at the speed measured for the size below it (an upper bound: a dearer
+    size is never faster).
+    """
+    def cost(preset):
+        return token_cost(candidate_model(preset, base), vocab_size, mean_tokens)
+
+    def ratio(preset, tokens_per_second):
+        return candidate_row(candidate_model(preset, base), tokens_per_second,
+                             budget_seconds, corpus_tokens)["tokens_per_parameter"]
+
+    chosen, seconds, bound = SIZE_LADDER[0], {}, None
+    for preset in SIZE_LADDER[1:]:
+        if bound is not None and ratio(preset, bound) < TOKENS_PER_PARAMETER:
+            break
+        seconds[preset] = measure(preset)
+        if ratio(preset, batch_tokens / seconds[preset]) < TOKENS_PER_PARAMETER:
+            break
+        chosen, bound = preset, batch_tokens / seconds[preset]
+    speed = Speed.through([(cost(p), seconds[p]) for p in seconds], batch_tokens)
     rows = {}
     for preset in SIZE_LADDER:
-        model = candidate_model(preset, base)
-        rate = speed.tokens_per_second(token_cost(model, vocab_size, mean_tokens), batch_tokens)
-        params = body_parameters(model)
-        effective = effective_tokens(rate * budget_seconds, corpus_tokens)
-        rows[preset] = {"tokens_per_second": round(rate, 1),
-                        "planned_tokens": round(rate * budget_seconds),
-                        "effective_tokens": round(effective),
-                        "body_parameters": params,
-                        "tokens_per_parameter": round(effective / params, 3)}
-    return rows
+        rate = batch_tokens / seconds[preset] if preset in seconds else \
+            speed.tokens_per_second(cost(preset), batch_tokens)
+        rows[preset] = {**candidate_row(candidate_model(preset, base), rate, budget_seconds,
+                                        corpus_tokens), "measured": preset in seconds}
+    return chosen, seconds, rows
 
 
-def choose(rows: dict[str, dict]) -> tuple[str, str]:
-    """The largest size the budget can feed, and why (the smallest when none can)."""
-    fed = [p for p in SIZE_LADDER if rows[p]["tokens_per_parameter"] >= TOKENS_PER_PARAMETER]
-    chosen = fed[-1] if fed else SIZE_LADDER[0]
+def explain(chosen: str, rows: dict[str, dict]) -> str:
+    """Why `chosen`, in words, for the log's line."""
     row = rows[chosen]
     why = (f"{row['planned_tokens']:,} batch tokens at {row['tokens_per_second']:,.0f} a "
            f"second, {row['effective_tokens']:,} counting repeated passes, "
@@ -187,9 +233,11 @@ def choose(rows: dict[str, dict]) -> tuple[str, str]:
            f"{TOKENS_PER_PARAMETER})")
     larger = SIZE_LADDER.index(chosen) + 1
     if larger < len(SIZE_LADDER):
-        bigger = SIZE_LADDER[larger]
-        why += f"; {bigger} would get {rows[bigger]['tokens_per_parameter']:.2f}"
-    return chosen, why
+        bigger = rows[SIZE_LADDER[larger]]
+        estimated = "" if bigger["measured"] else ", estimated"
+        why += (f"; {SIZE_LADDER[larger]} would get {bigger['tokens_per_parameter']:.2f}"
+                f"{estimated}")
+    return why
 
 
 def unmeasured(config, calibrates: bool) -> str | None:
@@ -209,26 +257,30 @@ def reference_choice(because: str) -> tuple[str, dict[str, Any]]:
                               "reason": f"{REFERENCE_PRESET} ({because})"}
 
 
-def size_rule(config, speed: Speed, vocab_size: int, mean_tokens: float,
+def size_rule(config, measure: Callable[[str], float], vocab_size: int, mean_tokens: float,
               corpus_tokens: int) -> tuple[str, dict[str, Any]]:
     """The preset a run of preset "auto" with a time budget trains, and the
     record of the choice for `config.json` (its `reason` is the log's line).
 
     Args:
         config: the run's `RunConfig`, its batches and precision resolved.
-        speed: this machine's `Speed` (`transformer.run.calibration.calibrate`).
+        measure: `measure(preset)`, the mean seconds of a training step of that
+            size at the run's batches and precision on this machine
+            (`transformer.run.calibration.measure_step`); called only for the
+            sizes the choice needs (`climb`).
         vocab_size: the target vocabulary's size.
         mean_tokens: the mean padded length of a training pair.
         corpus_tokens: the training pairs times their mean padded length.
     """
-    rows = plan(speed, config.time_budget, config.model, vocab_size, mean_tokens,
-                config.batch_tokens or round(config.batch_size * mean_tokens), corpus_tokens)
-    chosen, why = choose(rows)
+    batch_tokens = config.batch_tokens or round(config.batch_size * mean_tokens)
+    chosen, seconds, rows = climb(measure, config.time_budget, config.model, vocab_size,
+                                  mean_tokens, batch_tokens, corpus_tokens)
     sizes = PRESETS[chosen]
     reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
-              f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {why}")
+              f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {explain(chosen, rows)}")
     record = {"preset": chosen, "reason": reason,
-              "calibration": dataclasses.asdict(speed), "candidates": rows,
+              "step_seconds": {preset: round(value, 5) for preset, value in seconds.items()},
+              "batch_tokens": batch_tokens, "candidates": rows,
               "tokens_per_parameter": TOKENS_PER_PARAMETER,
               "repeat_decay": REPEAT_DECAY,
               "corpus_tokens": int(corpus_tokens)}

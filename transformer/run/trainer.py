@@ -38,7 +38,7 @@ from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
 from transformer.run.allocator import use_fast_allocators
 from transformer.run.best import KeepBest, ValidateMovingAverage, read_best, restore_best
-from transformer.run.calibration import calibrate
+from transformer.run.calibration import measure_step
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
@@ -383,7 +383,8 @@ def _resolve(choices: RunConfig, data: _Data) -> RunConfig:
         lambda tokens, size: batches_per_pass(train_tokens, tokens, batch_size=size,
                                               seed=choices.seed),
         vocab_size=vocab_size,
-        calibrate=lambda config: calibrate(config, vocab_size, mean_tokens)))
+        measure_step=lambda config, preset: measure_step(config, preset, vocab_size,
+                                                         mean_tokens)))
     if config.size_rule:
         logger.info("Model size: %s.", config.size_rule["reason"])
     logger.info("%d epochs of %d steps%s.", config.epochs, config.steps_per_epoch,
