@@ -40,7 +40,9 @@ in this process (pin it with taskset):
 
 `--cores-speed` measures instead each size's training steps on one core and
 on `--both-cores` (one process, TensorFlow's threads over them), in float32
-and mixed_bfloat16, at a batch of `--pairs` pairs of `--length` tokens, a
+and mixed_bfloat16 (`--precisions`); with `--independent` also one process
+on each core at the same time, which shows what the cores give each other;
+at a batch of `--pairs` pairs of `--length` tokens, a
 process each (`transformer.run.calibration.step_seconds`), and writes the target
 tokens a second and the ratio of the two (`--json`):
 
@@ -297,24 +299,41 @@ def measurement_cost(args) -> dict:
 
 
 def cores_speed(args) -> dict:
-    """Every size and precision on one core and on both, a worker process each."""
+    """Every size and precision on one core and on both, a worker process each;
+    with `--independent`, also one worker on each core at once (what each core
+    gives while the other works: twice that is the most one process on both
+    cores could reach)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from common import pinned, worker_json
+
+    def rate(size, precision, cores):
+        command = pinned([sys.executable, __file__, "--step-worker", "--sizes", size,
+                          "--precision", precision, "--vocab", str(args.vocab),
+                          "--pairs", str(args.pairs), "--length", str(args.length),
+                          "--steps", str(args.steps), "--corpus", "."], cores)
+        result = worker_json(command, None, f"{size} {precision} on cores {cores}")
+        return round(result["target_tokens_per_second"], 1)
 
     rows = []
     for size in args.sizes:
-        for precision in ("float32", "mixed_bfloat16"):
-            row = {"size": size, "precision": precision}
-            for key, cores in (("one_core", args.core), ("both_cores", args.both_cores)):
-                command = pinned([sys.executable, __file__, "--step-worker", "--sizes", size,
-                                  "--precision", precision, "--vocab", str(args.vocab),
-                                  "--pairs", str(args.pairs), "--length", str(args.length),
-                                  "--steps", str(args.steps), "--corpus", "."], cores)
-                result = worker_json(command, None, f"{size} {precision} on cores {cores}")
-                row[key] = round(result["target_tokens_per_second"], 1)
+        for precision in args.precisions:
+            row = {"size": size, "precision": precision,
+                   "one_core": rate(size, precision, args.core),
+                   "both_cores": rate(size, precision, args.both_cores)}
             row["both_over_one"] = round(row["both_cores"] / row["one_core"], 3)
+            if args.independent:
+                cores = args.both_cores.split(",")
+                with ThreadPoolExecutor(len(cores)) as pool:
+                    rates = list(pool.map(rate, [size] * len(cores),
+                                          [precision] * len(cores), cores))
+                row["each_core_at_once"] = rates
+                row["at_once_over_one"] = round(statistics.mean(rates) / row["one_core"], 3)
             rows.append(row)
             print(f"{size} {precision}: {row['one_core']:,.0f} -> {row['both_cores']:,.0f} "
-                  f"target tokens a second ({row['both_over_one']:.2f}x)", flush=True)
+                  f"target tokens a second ({row['both_over_one']:.2f}x)"
+                  + (f"; each core while the other works {row['at_once_over_one']:.2f}x"
+                     if args.independent else ""), flush=True)
     return {"machine": machine(), "batch": {"pairs": args.pairs, "length": args.length,
                                             "vocab": args.vocab, "steps": args.steps},
             "cores": {"one": str(args.core), "both": args.both_cores}, "rows": rows}
@@ -336,6 +355,10 @@ def parse_args(argv=None):
     parser.add_argument("--cores-speed", action="store_true",
                         help="measure each size's steps on one core and on --both-cores")
     parser.add_argument("--both-cores", default="0,1")
+    parser.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"],
+                        help="the precisions of --cores-speed")
+    parser.add_argument("--independent", action="store_true",
+                        help="--cores-speed: also one worker on each of --both-cores at once")
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--length", type=int, default=13,
                         help="tokens a sentence (ui-es-en's mean padded pair is about 12)")
