@@ -4,8 +4,10 @@
 - `toy`: the generated toy Portuguese-English corpus, the offline default.
 - `tsv`: your own `source<TAB>target` files.
 - `tfds_ted`: the tutorial's `ted_hrlr_translate/pt_to_en` through TFDS.
-- `loading`: `load_corpus`, which picks one of the above, and `training_corpus`,
-  the one a run's config names.
+- `source`: `CorpusSource`, which corpus to read and how (files, columns,
+  seed, held-out limits), the one argument of the loaders.
+- `loading`: `load_corpus`, which picks one of the above, and
+  `read_training_corpus`, a run's corpus (`training_corpus`: from its config).
 - `tokenizers`: `build_tokenizers`, `save_tokenizers` and `load_tokenizers`,
   for either kind of subword tokenizer.
 - `sentencepiece`: `SentencePieceTokenizer`, reversible (the default kind).
@@ -39,9 +41,11 @@ _EXPORTS = {
     "load_ted_hrlr": "tfds_ted",
     "load_tfds_translation": "tfds_ted",
     "TED_HRLR_PT_EN": "tfds_ted",
+    "CorpusSource": "source",
     "load_corpus": "loading",
+    "read_training_corpus": "loading",
     "training_corpus": "loading",
-    "DATASETS": "loading",
+    "DATASETS": "source",
     "learn_wordpiece_vocab": "wordpiece",
     "WordPieceTokenizer": "wordpiece",
     "TranslationTokenizers": "tokenizers",
