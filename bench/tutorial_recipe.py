@@ -60,7 +60,7 @@ from reference_models import (  # noqa: E402
 )
 
 from transformer.constants import END_ID, PAD_ID, START_ID  # noqa: E402
-from transformer.data import build_tokenizers, load_corpus  # noqa: E402
+from transformer.data import CorpusSource, build_tokenizers, load_corpus  # noqa: E402
 from transformer.data.batching import batches_from_tokens, tokenize_pairs  # noqa: E402
 from transformer.run import evaluation as _scoring  # noqa: E402,F401 - loaded now, not after training
 from transformer.training import make_optimizer, masked_accuracy  # noqa: E402
@@ -216,7 +216,8 @@ def make_parser():
 def prepare_data(args):
     """The corpus, its WordPiece tokenizers (and the seconds they took) and the
     training and validation batches, as the tutorial prepares them."""
-    corpus = load_corpus(data=args.data, valid=args.valid, test=args.test, seed=args.seed)
+    corpus = load_corpus(CorpusSource(data=args.data, valid=args.valid, test=args.test,
+                                       seed=args.seed))
     t0 = time.perf_counter()
     tokenizers = build_tokenizers(corpus.train, args.vocab_size, kind="wordpiece")
     tokenizer_seconds = time.perf_counter() - t0

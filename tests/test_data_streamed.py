@@ -21,6 +21,7 @@ from transformer.data.batching import (
     tokenize_pairs,
 )
 from transformer.data.corpus import DataError
+from transformer.data.source import CorpusSource
 from transformer.data.splits import Reservoir, held_out_limits, split_key
 from transformer.data.token_rows import Rows, RowsWriter
 from transformer.data.tokenizers import build_tokenizers
@@ -57,9 +58,9 @@ def tokenizers():
     return build_tokenizers(_pairs(2000), vocab_size=200, kind="sentencepiece", shared=True)
 
 
-def _stream(path, **kwargs):
-    return streamed.stream_tsv_corpus(path, seed=1, max_held_out=HELD_OUT,
-                                      vocab_sample=SAMPLE, **kwargs)
+def _stream(path, record_dir=None, **kwargs):
+    source = CorpusSource(data=path, seed=1, max_held_out=HELD_OUT, vocab_sample=SAMPLE, **kwargs)
+    return streamed.stream_tsv_corpus(source, record_dir=record_dir)
 
 
 def test_held_out_limits_cap_each_split_and_keep_groups_whole():
@@ -107,7 +108,7 @@ def test_reservoir_is_seeded_ordered_and_bounded():
 
 def test_streamed_corpus_splits_as_the_in_memory_loader(corpus_file):
     stream = _stream(corpus_file)
-    memory = load_tsv_corpus(corpus_file, seed=1, max_held_out=HELD_OUT)
+    memory = load_tsv_corpus(CorpusSource(data=corpus_file, seed=1, max_held_out=HELD_OUT))
     assert stream.valid == memory.valid and stream.test == memory.test
     assert len(stream.train) == len(memory.train)
     assert list(stream.train) == memory.train  # streamed from the file, every time
@@ -126,7 +127,7 @@ def test_streamed_corpus_splits_as_the_in_memory_loader(corpus_file):
 def test_held_out_pairs_are_found_when_the_candidates_miss_them(corpus_file, monkeypatch):
     monkeypatch.setattr(streamed, "_candidate_bound", lambda *args: 0)  # no candidate kept
     again = _stream(corpus_file)
-    memory = load_tsv_corpus(corpus_file, seed=1, max_held_out=HELD_OUT)
+    memory = load_tsv_corpus(CorpusSource(data=corpus_file, seed=1, max_held_out=HELD_OUT))
     assert again.valid == memory.valid and again.test == memory.test
 
 
@@ -146,8 +147,8 @@ def test_a_recorded_scan_is_read_and_a_changed_file_scanned_again(corpus_file, t
     assert list(again.train) == list(first.train)
     assert again.file_sha256 == first.file_sha256
     # Other settings, or other bytes, are scanned anew.
-    other = streamed.stream_tsv_corpus(corpus_file, seed=2, max_held_out=HELD_OUT,
-                                       record_dir=tmp_path)
+    other = streamed.stream_tsv_corpus(
+        CorpusSource(data=corpus_file, seed=2, max_held_out=HELD_OUT), record_dir=tmp_path)
     assert other.test != first.test
     changed = tmp_path / "changed.tsv"
     write_tsv(_pairs(PAIRS), changed)

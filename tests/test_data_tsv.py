@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from transformer.data.corpus import DataError
+from transformer.data.source import CorpusSource
 from transformer.data.tsv import (
     MAX_LINE_BYTES,
     load_tsv_corpus,
@@ -249,20 +250,21 @@ def test_load_tsv_corpus(tmp_path, caplog):
     valid = _write(tmp_path, "v1\tw1\nv2\tw2\n", "valid.tsv")
     test = _write(tmp_path, "s3\tt3\nx\ty\n", "test.tsv")  # s3 is also in train
 
-    corpus = load_tsv_corpus(train, skip_bad_lines=True, seed=1)
+    corpus = load_tsv_corpus(CorpusSource(data=train, skip_bad_lines=True, seed=1))
     assert corpus.sizes() == {"train": 180, "valid": 10, "test": 10}
     assert corpus.skipped_lines == 1 and corpus.name == str(train)
 
-    corpus = load_tsv_corpus(train, valid_path=valid, skip_bad_lines=True)
+    corpus = load_tsv_corpus(CorpusSource(data=train, valid=valid, skip_bad_lines=True))
     assert corpus.valid == [("v1", "w1"), ("v2", "w2")]
     assert corpus.sizes() == {"train": 190, "valid": 2, "test": 10}
 
     with caplog.at_level(logging.WARNING, logger="transformer.data.tsv"):
-        corpus = load_tsv_corpus(train, valid_path=valid, test_path=test, skip_bad_lines=True)
+        corpus = load_tsv_corpus(
+            CorpusSource(data=train, valid=valid, test=test, skip_bad_lines=True))
     assert corpus.sizes() == {"train": 200, "valid": 2, "test": 2}
     assert (
         "1 of 2 test pairs have a source sentence that is also in the training data" in caplog.text
     )
 
     with pytest.raises(DataError, match="train.tsv:201: expected at least 2"):
-        load_tsv_corpus(train)
+        load_tsv_corpus(CorpusSource(data=train))

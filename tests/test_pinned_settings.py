@@ -16,6 +16,7 @@ from conftest import write_toy_tsv
 from transformer.cli.train import _config_from_args, build_parser
 from transformer.data import streamed
 from transformer.data.loading import training_corpus
+from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers
 from transformer.data.tsv import write_tsv
 from transformer.run import distribute, recipes, sampling, token_files
@@ -140,8 +141,9 @@ def test_the_vocabulary_sample_is_seeded_by_the_run_and_capped(tsv, tmp_path, mo
     assert set(map(tuple, first)) <= training  # never a held-out pair
     # With the held-out pairs given apart, the seed draws the sample alone.
     held_out = write_toy_tsv(tmp_path, n_train=8, n_valid=8, n_test=8)
-    given = [streamed.stream_tsv_corpus(tsv, held_out[1], held_out[2], seed=seed,
-                                        vocab_sample=50).vocab_pairs for seed in (0, 0, 4)]
+    given = [streamed.stream_tsv_corpus(CorpusSource(
+        data=tsv, valid=held_out[1], test=held_out[2], seed=seed, vocab_sample=50)).vocab_pairs
+        for seed in (0, 0, 4)]
     assert given[0] == given[1] != given[2]
     # The toy corpus (in memory, made smaller here) samples the same way: seeded by the run.
     from transformer.data import loading
@@ -161,9 +163,10 @@ def test_the_vocabulary_sample_is_seeded_by_the_run_and_capped(tsv, tmp_path, mo
     {"valid_fraction": 0.2},
 ], ids=["columns", "seed", "max_held_out", "fraction"])
 def test_a_recorded_scan_is_reused_only_for_the_same_settings(tsv, tmp_path, change):
-    first = streamed.stream_tsv_corpus(tsv, record_dir=tmp_path)
-    fresh = streamed.stream_tsv_corpus(tsv, **change)  # no record: what the settings give
-    again = streamed.stream_tsv_corpus(tsv, record_dir=tmp_path, **change)
+    first = streamed.stream_tsv_corpus(CorpusSource(data=tsv), record_dir=tmp_path)
+    changed = CorpusSource(data=tsv, **change)
+    fresh = streamed.stream_tsv_corpus(changed)  # no record: what the settings give
+    again = streamed.stream_tsv_corpus(changed, record_dir=tmp_path)
     assert (again.valid, again.test) == (fresh.valid, fresh.test)
     assert list(again.train) == list(fresh.train)
     assert (fresh.valid, fresh.test, list(fresh.train)) != (first.valid, first.test,
@@ -177,7 +180,7 @@ def tokenizers():
 
 def test_token_files_are_made_again_for_another_max_tokens_data_or_pairs(tsv, tokenizers,
                                                                          tmp_path):
-    corpus = streamed.stream_tsv_corpus(tsv)
+    corpus = streamed.stream_tsv_corpus(CorpusSource(data=tsv))
     fingerprint = {"data": {"sha256": "a"}}
 
     def tokens(max_tokens, fp=fingerprint, pairs=corpus.train):
@@ -199,7 +202,7 @@ def test_token_files_are_made_again_for_another_max_tokens_data_or_pairs(tsv, to
         assert opened == [1]  # the same key opens the files
         tokens(32, fp={"data": {"sha256": "b"}})
         assert opened == [1]
-        fewer = streamed.stream_tsv_corpus(tsv, max_held_out=3)  # other pairs of the file
+        fewer = streamed.stream_tsv_corpus(CorpusSource(data=tsv, max_held_out=3))  # other pairs of the file
         rows = tokens(32, fp={"data": {"sha256": "b"}}, pairs=fewer.train)
         assert opened == [1] and len(rows[0]) == len(fewer.train) != len(corpus.train)
     finally:

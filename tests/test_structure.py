@@ -247,6 +247,50 @@ def test_translator_does_not_import_the_run_package():
     assert not {m for m in graph["transformer.rundir"] if is_run(m)}
 
 
+def _lazy_table(tree: ast.Module) -> dict[str, str] | None:
+    """A package face's table of names imported on first use (`_EXPORTS` or
+    `_LAZY`: name -> module under the package), or None."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id in ("_EXPORTS", "_LAZY")
+            for target in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    return None
+
+
+def _type_checking_imports(tree: ast.Module) -> dict[str, str]:
+    """Name -> module of the imports under the face's `if TYPE_CHECKING:`."""
+    imports = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom):
+                    for alias in statement.names:
+                        imports[alias.asname or alias.name] = statement.module
+    return imports
+
+
+def test_every_lazily_imported_name_is_a_plain_import_for_static_tools():
+    """A package face that imports names on first use (to keep TensorFlow out of
+    an import that does not need it) lists the same names, from the same
+    modules, as plain imports under `if TYPE_CHECKING:`, where readers, type
+    checkers and editors find them."""
+    faces = 0
+    for module, path in _modules().items():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        table = _lazy_table(tree)
+        if table is None:
+            continue
+        faces += 1
+        expected = {name: f"{module}.{submodule}" for name, submodule in table.items()}
+        assert _type_checking_imports(tree) == expected, _relative(path)
+    assert faces == 3  # transformer, transformer.data, transformer.run
+
+
 def test_console_scripts_point_at_modules_with_main():
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     section = re.search(r"^\[project\.scripts\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)

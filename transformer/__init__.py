@@ -16,7 +16,15 @@ so, and those modules (and TensorFlow) are not imported.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
+# Lazy, every name: imported all together on first use (`_import_all`), so that
+# importing `transformer.cli`, `transformer.data` or `transformer.rundir`
+# starts no TensorFlow and no Keras, and so that under JAX or PyTorch the
+# paper's layers import while the TensorFlow-only modules (`_TENSORFLOW_ONLY`)
+# do not (tests/test_cli.py, tests/test_backends.py). The `TYPE_CHECKING`
+# block at the end names them for readers and static tools
+# (tests/test_structure.py checks that the two agree).
 _EXPORTS = {
     "PAD_ID": "constants",
     "UNK_ID": "constants",
@@ -97,3 +105,47 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # the names of `_EXPORTS`, for readers and static tools
+    from transformer.attention import (  # noqa: F401
+        CausalSelfAttention,
+        CrossAttention,
+        EncoderDecoderAttention,
+        EncoderSelfAttention,
+        GlobalSelfAttention,
+        MaskedDecoderSelfAttention,
+        MultiHeadAttention,
+        mask_value,
+        scaled_dot_product_attention,
+    )
+    from transformer.constants import (  # noqa: F401
+        END_ID,
+        PAD_ID,
+        RESERVED_TOKENS,
+        START_ID,
+        UNK_ID,
+    )
+    from transformer.keras_interop import (  # noqa: F401
+        copy_weights_from_keras,
+        copy_weights_to_keras,
+    )
+    from transformer.layers import DecoderLayer, EncoderLayer, FeedForward  # noqa: F401
+    from transformer.masking import (  # noqa: F401
+        create_decoder_mask,
+        create_look_ahead_mask,
+        create_masks,
+        create_padding_mask,
+        to_keras_attention_mask,
+    )
+    from transformer.model import Decoder, Encoder, Transformer  # noqa: F401
+    from transformer.model_config import PRESETS, TransformerConfig  # noqa: F401
+    from transformer.positional import PositionalEmbedding, positional_encoding  # noqa: F401
+    from transformer.strategies import Beam, Greedy, Sample  # noqa: F401
+    from transformer.training import (  # noqa: F401
+        CustomSchedule,
+        MaskedLoss,
+        masked_accuracy,
+        masked_loss,
+    )
+    from transformer.translate import Translation, Translator, export_translator  # noqa: F401

@@ -175,7 +175,7 @@ def worker(args) -> dict:
 
     from transformer import model as model_module
     from transformer import training
-    from transformer.data import load_corpus
+    from transformer.data import CorpusSource, load_corpus
     from transformer.data.batching import budget_batches_from_tokens, tokenize_pairs
     from transformer.data.tokenizers import build_tokenizers
     from transformer.run import RunConfig
@@ -190,7 +190,7 @@ def worker(args) -> dict:
         seams.token_losses = training.token_losses
     config = RunConfig(data=args.data, precision=default_precision())  # train.py's choice here
     keras.mixed_precision.set_global_policy(config.precision)
-    corpus = load_corpus(data=args.data, seed=0)
+    corpus = load_corpus(CorpusSource(data=args.data, seed=0))
     tokenizers = build_tokenizers(corpus.train, config.vocab_size, config.lower_case,
                                   kind=config.tokenizer, shared=config.shared_vocab,
                                   learn_params=config.tokenizer_learn_params)

@@ -99,7 +99,6 @@ DEFAULT_NORMALIZATION = "nmt_nfkc"
 DEFAULT_CHARACTER_COVERAGE = 1.0
 UNK_SURFACE = "[UNK]"
 
-_ID_DTYPES = (tf.int64, tf.int32)
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
@@ -346,40 +345,11 @@ class SentencePieceTokenizer(TokenizerBase):
         self._model_path = tf.saved_model.Asset(model_path)
         self._vocab_path = tf.saved_model.Asset(vocab_path)
 
-        # Trace the signatures the SavedModel keeps.
-        self.tokenize.get_concrete_function(tf.TensorSpec(shape=[None], dtype=tf.string))
-        for dtype in _ID_DTYPES:
-            for spec in (
-                tf.TensorSpec(shape=[None, None], dtype=dtype),
-                tf.RaggedTensorSpec(shape=[None, None], dtype=dtype),
-            ):
-                self.detokenize.get_concrete_function(spec)
-                self.lookup.get_concrete_function(spec)
-        for method in (
-            self.get_vocab_size,
-            self.get_vocab_path,
-            self.get_model_path,
-            self.get_reserved_tokens,
-        ):
-            method.get_concrete_function()
+        self._trace_signatures(self.get_model_path)
 
-    @tokenizer_function
-    def tokenize(self, strings):
-        """Splits sentences into piece ids, framed by START and END.
-
-        Args:
-            strings: a 1-D string tensor of sentences, shape `(batch,)`.
-
-        Returns:
-            An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
-            `[START, ..., END]`; an empty sentence gives `[START, END]`.
-        """
-        ids = tf.cast(self.tokenizer.tokenize(strings), tf.int64)  # (batch, (tokens))
-        batch = tf.shape(strings, out_type=tf.int64)[:1]
-        start = tf.fill(tf.concat([batch, [1]], 0), tf.constant(START_ID, tf.int64))
-        end = tf.fill(tf.concat([batch, [1]], 0), tf.constant(END_ID, tf.int64))
-        framed = tf.concat([start, ids, end], axis=1)  # (batch, (tokens + 2))
-        return framed.with_row_splits_dtype(tf.int64)
+    def _split(self, strings):
+        """Piece ids `(batch, (tokens))`, int64, for `tokenize` to frame."""
+        return tf.cast(self.tokenizer.tokenize(strings), tf.int64)
 
     def sample(self, sentences: Sequence[str], alpha: float, seed: int) -> tf.RaggedTensor:
         """Splits sentences into piece ids the way `tokenize` does, but each
@@ -415,49 +385,10 @@ class SentencePieceTokenizer(TokenizerBase):
             np.int64, int(lengths.sum()))
         return tf.RaggedTensor.from_row_lengths(values, lengths)
 
-    @tokenizer_function
-    def detokenize(self, tokens):
-        """Turns ids back into text, with its original spacing and case.
-
-        Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
-        and `[END]` are dropped. `[UNK]` shows as " ⁇ "; ids outside the
-        vocabulary count as `[UNK]`, which shows as " ⁇ ".
-
-        Args:
-            tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
-                `tf.RaggedTensor` of shape `(batch, (seq))`.
-
-        Returns:
-            A string tensor of shape `(batch,)`.
-        """
-        ids = self._valid_ids(tokens)
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)  # (batch, seq)
-        ended = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) > 0
-        keep = ~ended & (ids != PAD_ID) & (ids != START_ID) & (ids != END_ID)  # (batch, seq)
-        kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
-        return self.tokenizer.detokenize(tf.cast(kept, tf.int32))  # (batch,)
-
-    @tokenizer_function
-    def lookup(self, token_ids):
-        """Maps ids to their pieces, one string per id.
-
-        Args:
-            token_ids: int32 or int64 ids, dense or ragged `(batch, seq)`.
-
-        Returns:
-            Strings of the same shape and kind (dense or ragged), e.g.
-            `[[b"[START]", b"\\xe2\\x96\\x81The", b"[END]"]]` ("▁The").
-        """
-        ids = self._valid_ids(token_ids)
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(lambda v: tf.gather(self._pieces, v), ids)
-        return tf.gather(self._pieces, ids)
-
-    @tokenizer_function
-    def get_vocab_size(self):
-        """Returns the number of pieces, a scalar int32 tensor."""
-        return tf.size(self._pieces)
+    def _join(self, ids):
+        """Kept ids `(batch, (tokens))` to text with its original spacing and
+        case, for `detokenize`; `[UNK]` shows as " ⁇ "."""
+        return self.tokenizer.detokenize(tf.cast(ids, tf.int32))  # (batch,)
 
     @tokenizer_function
     def get_model_path(self):
@@ -466,6 +397,7 @@ class SentencePieceTokenizer(TokenizerBase):
 
     def _vocabulary(self):
         return self._pieces
+
 
 def _read_lines(path) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()

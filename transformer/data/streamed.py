@@ -20,7 +20,6 @@ only the file's SHA-256 is computed again, to check that it is unchanged.
 from __future__ import annotations
 
 import array
-import dataclasses
 import functools
 import hashlib
 import logging
@@ -32,23 +31,18 @@ import numpy as np
 
 from transformer import rundir
 from transformer.data.corpus import Corpus, Pair
-from transformer.data.splits import MAX_HELD_OUT, Reservoir, held_out_limits, split_key
+from transformer.data.source import CorpusSource
+from transformer.data.splits import Reservoir, held_out_limits, split_key
 from transformer.data.tsv import (
+    TsvFile,
     TsvStats,
     check_tsv_read,
-    iter_tsv,
     read_tsv_with_stats,
     warn_shared_sources,
     write_tsv,
 )
 
 logger = logging.getLogger(__name__)
-
-# Pairs the vocabulary is learnt from, by default: a seeded sample of the training
-# pairs (the whole of a smaller corpus). SentencePiece's time and memory grow
-# with its text; past this many pairs its pieces barely change (BENCHMARKS.md,
-# "Scaling up").
-VOCAB_SAMPLE_PAIRS = 100_000
 
 # The record of a scan in `record_dir`, and its format.
 RECORD_FILE = "corpus.json"
@@ -71,21 +65,6 @@ def file_sha256(path) -> str:
         while chunk := handle.read(_CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-@dataclasses.dataclass(frozen=True)
-class TsvFile:
-    """A TSV file of pairs and how to read it (see `transformer.data.tsv.iter_tsv`)."""
-
-    path: str
-    source_column: int = 0
-    target_column: int = 1
-    skip_bad_lines: bool = False
-
-    def pairs(self, stats: TsvStats | None = None, digest=None):
-        """Streams the file's pairs."""
-        return iter_tsv(self.path, self.source_column, self.target_column,
-                        self.skip_bad_lines, stats, digest)
 
 
 class SplitPairs:
@@ -126,31 +105,16 @@ class SplitPairs:
         return f"SplitPairs({self.tsv.path!r}, {self.count} pairs)"
 
 
-def stream_tsv_corpus(
-    train_path,
-    valid_path=None,
-    test_path=None,
-    source_column: int = 0,
-    target_column: int = 1,
-    skip_bad_lines: bool = False,
-    seed: int = 0,
-    valid_fraction: float = 0.05,
-    test_fraction: float = 0.05,
-    max_held_out: int = MAX_HELD_OUT,
-    vocab_sample: int = VOCAB_SAMPLE_PAIRS,
-    record_dir=None,
-) -> Corpus:
+def stream_tsv_corpus(source: CorpusSource, record_dir=None) -> Corpus:
     """Loads a TSV corpus of any size in one streaming pass (see the module docstring).
 
     The splits are those of `transformer.data.tsv.load_tsv_corpus` for the
-    same arguments; the training pairs stay in the file.
+    same source; the training pairs stay in the file.
 
     Args:
-        train_path, valid_path, test_path, source_column, target_column,
-        skip_bad_lines, seed, valid_fraction, test_fraction, max_held_out:
-            as for `load_tsv_corpus`.
-        vocab_sample: the most training pairs in `Corpus.vocab_pairs`, a
-            seeded sample; 0 for all of them (in memory).
+        source: the `CorpusSource`, as for `load_tsv_corpus`; its
+            `vocab_sample` is the most training pairs in `Corpus.vocab_pairs`,
+            a seeded sample (0 for all of them, in memory).
         record_dir: where to record the scan, and to find a record of it.
 
     Returns:
@@ -160,25 +124,26 @@ def stream_tsv_corpus(
     Raises:
         DataError: as `load_tsv_corpus`.
     """
-    tsv = TsvFile(str(train_path), source_column, target_column, skip_bad_lines)
+    tsv = TsvFile(str(source.data), source)
     given = {}
     sha256 = {}
-    for split, path in (("valid", valid_path), ("test", test_path)):
+    for split, path in (("valid", source.valid), ("test", source.test)):
         if path is not None:
             digest = hashlib.sha256()
-            given[split], _ = read_tsv_with_stats(path, source_column, target_column,
-                                                  skip_bad_lines, digest)
+            given[split], _ = TsvFile(path, source).read(digest)
             sha256[str(path)] = digest.hexdigest()
-    fractions = {"valid": 0 if "valid" in given else valid_fraction,
-                 "test": 0 if "test" in given else test_fraction}
+    fractions = {"valid": 0 if "valid" in given else source.valid_fraction,
+                 "test": 0 if "test" in given else source.test_fraction}
+    # What the record of a scan is checked against: its format is RECORD_FORMAT's.
     settings = {"format": RECORD_FORMAT, "path": tsv.path, "bytes": os.path.getsize(tsv.path),
-                "columns": [source_column, target_column], "skip_bad_lines": skip_bad_lines,
-                "seed": seed, "fractions": fractions, "max_held_out": max_held_out}
+                "columns": [source.source_column, source.target_column],
+                "skip_bad_lines": source.skip_bad_lines, "seed": source.seed,
+                "fractions": fractions, "max_held_out": source.max_held_out}
     record = _read_record(record_dir, settings)
     if record is not None:
         corpus = _corpus_of_record(tsv, record, record_dir)
     else:
-        corpus = _scan(tsv, settings, given, vocab_sample)
+        corpus = _scan(tsv, settings, given)
         if record_dir is not None:
             _write_record(record_dir, settings, corpus)
     for split, pairs in given.items():
@@ -188,9 +153,10 @@ def stream_tsv_corpus(
     return corpus
 
 
-def _scan(tsv: TsvFile, settings: dict, given: dict, vocab_sample: int) -> Corpus:
+def _scan(tsv: TsvFile, settings: dict, given: dict) -> Corpus:
     """The one pass over the training file: keys, fingerprint, sample, candidates."""
     started = time.perf_counter()
+    vocab_sample = tsv.source.vocab_sample
     fractions, seed = settings["fractions"], settings["seed"]
     splitting = any(fractions.values())
     bound = _candidate_bound(tsv.path, fractions, settings["max_held_out"]) if splitting else 0

@@ -31,6 +31,7 @@ import numpy as np
 
 from transformer._validation import check_non_negative_int
 from transformer.data.corpus import Corpus, DataError, Pair
+from transformer.data.source import CorpusSource
 from transformer.data.splits import MAX_HELD_OUT, held_out_limits, split_key
 
 logger = logging.getLogger(__name__)
@@ -282,6 +283,32 @@ def read_tsv_with_stats(
     return pairs, stats
 
 
+@dataclasses.dataclass(frozen=True)
+class TsvFile:
+    """One TSV file of a corpus, read as its `CorpusSource` says (the columns,
+    what to do with a bad line).
+
+    Attributes:
+        path: the file: the source's `data`, `valid` or `test`.
+        source: the `CorpusSource` it belongs to.
+    """
+
+    path: str
+    source: CorpusSource = CorpusSource()
+
+    def pairs(self, stats: TsvStats | None = None, digest=None) -> Iterator[Pair]:
+        """Streams the file's pairs (see `iter_tsv`)."""
+        source = self.source
+        return iter_tsv(self.path, source.source_column, source.target_column,
+                        source.skip_bad_lines, stats, digest)
+
+    def read(self, digest=None) -> tuple[list[Pair], TsvStats]:
+        """All the file's pairs and what was skipped (see `read_tsv_with_stats`)."""
+        source = self.source
+        return read_tsv_with_stats(self.path, source.source_column, source.target_column,
+                                   source.skip_bad_lines, digest)
+
+
 def read_tsv(
     path,
     source_column: int = 0,
@@ -390,71 +417,54 @@ def split_pairs(
     return corpus
 
 
-def load_tsv_corpus(
-    train_path,
-    valid_path=None,
-    test_path=None,
-    source_column: int = 0,
-    target_column: int = 1,
-    skip_bad_lines: bool = False,
-    seed: int = 0,
-    valid_fraction: float = 0.05,
-    test_fraction: float = 0.05,
-    max_held_out: int = MAX_HELD_OUT,
-) -> Corpus:
+def load_tsv_corpus(source: CorpusSource) -> Corpus:
     """Loads a corpus from TSV files into memory, splitting off what is not given.
 
-    With only `train_path`, validation and test pairs are split from it by
-    `split_pairs`. With `valid_path` but no `test_path`, only a test split is
-    taken from the training file, and the other way round. A corpus too large
-    for memory is read by `transformer.data.streamed.stream_tsv_corpus`,
+    With only `source.data`, validation and test pairs are split from it by
+    `split_pairs`. With `source.valid` but no `source.test`, only a test split
+    is taken from the training file, and the other way round. A corpus too
+    large for memory is read by `transformer.data.streamed.stream_tsv_corpus`,
     which splits it the same way.
 
     Args:
-        train_path: the TSV file of training pairs (or of all pairs).
-        valid_path: an optional TSV file of validation pairs.
-        test_path: an optional TSV file of test pairs.
-        source_column: the column (from 0) of the source sentence, in all files.
-        target_column: the column (from 0) of the target sentence, in all files.
-        skip_bad_lines: skip malformed lines (counted in `Corpus.skipped_lines`).
-        seed: the seed of the split.
-        valid_fraction: share of source sentences split off for validation.
-        test_fraction: share of source sentences split off for the test.
-        max_held_out: the most source sentences of each split taken off.
+        source: the files (`data`, `valid`, `test`), how to read them
+            (columns, `skip_bad_lines`, counted in `Corpus.skipped_lines`) and
+            how to split (`seed`, `valid_fraction`, `test_fraction`,
+            `max_held_out`).
 
     Returns:
-        A `Corpus` named after `train_path`.
+        A `Corpus` named after `source.data`.
 
     Example:
 
     ```python
-    corpus = load_tsv_corpus("por.txt", source_column=1, target_column=0)
+    corpus = load_tsv_corpus(CorpusSource(data="por.txt", source_column=1, target_column=0))
     ```
     """
     skipped = 0
 
     def read(path) -> list[Pair]:
         nonlocal skipped
-        pairs, stats = read_tsv_with_stats(path, source_column, target_column, skip_bad_lines)
+        pairs, stats = TsvFile(path, source).read()
         skipped += stats.skipped
         return pairs
 
-    train = read(train_path)
-    valid = read(valid_path) if valid_path is not None else None
-    test = read(test_path) if test_path is not None else None
+    train = read(source.data)
+    valid = read(source.valid) if source.valid is not None else None
+    test = read(source.test) if source.test is not None else None
     corpus = split_pairs(
         train,
-        valid_fraction=0 if valid is not None else valid_fraction,
-        test_fraction=0 if test is not None else test_fraction,
-        seed=seed,
-        max_held_out=max_held_out,
+        valid_fraction=0 if valid is not None else source.valid_fraction,
+        test_fraction=0 if test is not None else source.test_fraction,
+        seed=source.seed,
+        max_held_out=source.max_held_out,
     )
     if valid is not None:
         corpus.valid = valid
     if test is not None:
         corpus.test = test
     warn_shared_sources(corpus.train, {"validation": valid, "test": test})
-    corpus.name = str(train_path)
+    corpus.name = str(source.data)
     corpus.skipped_lines = skipped
     return corpus
 

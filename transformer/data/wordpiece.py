@@ -44,13 +44,11 @@ import tensorflow as tf
 import tensorflow_text as text
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as _learner
 
-from transformer.constants import DEFAULT_VOCAB_SIZE, END_ID, PAD_ID, RESERVED_TOKENS, START_ID
+from transformer.constants import DEFAULT_VOCAB_SIZE, RESERVED_TOKENS
 from transformer.data.corpus import DataError
-from transformer.data.tokenizer_base import TokenizerBase, tokenizer_function
+from transformer.data.tokenizer_base import TokenizerBase
 
 __all__ = ["WordPieceTokenizer", "build_vocab", "learn_wordpiece_vocab", "word_counts"]
-
-_ID_DTYPES = (tf.int64, tf.int32)
 
 
 def learn_wordpiece_vocab(
@@ -413,80 +411,21 @@ class WordPieceTokenizer(TokenizerBase):
         self._vocab_path = tf.saved_model.Asset(vocab_path)
         self.vocab = tf.Variable(vocab, trainable=False, name="vocab")
 
-        # Trace the signatures the SavedModel keeps.
-        self.tokenize.get_concrete_function(tf.TensorSpec(shape=[None], dtype=tf.string))
-        for dtype in _ID_DTYPES:
-            for spec in (
-                tf.TensorSpec(shape=[None, None], dtype=dtype),
-                tf.RaggedTensorSpec(shape=[None, None], dtype=dtype),
-            ):
-                self.detokenize.get_concrete_function(spec)
-                self.lookup.get_concrete_function(spec)
-        self.get_vocab_size.get_concrete_function()
-        self.get_vocab_path.get_concrete_function()
-        self.get_reserved_tokens.get_concrete_function()
+        self._trace_signatures()
 
-    @tokenizer_function
-    def tokenize(self, strings):
-        """Splits sentences into word-piece ids, framed by START and END.
-
-        Args:
-            strings: a 1-D string tensor of sentences, shape `(batch,)`.
-
-        Returns:
-            An int64 `tf.RaggedTensor` of shape `(batch, (tokens))`, every row
-            `[START, ..., END]`. Unknown words become `[UNK]` (id 1).
-        """
+    def _split(self, strings):
+        """Word-piece ids `(batch, (tokens))`, int64, for `tokenize` to frame;
+        unknown words are `[UNK]` (id 1)."""
         pieces = self.tokenizer.tokenize(strings)  # (batch, (words), (pieces))
-        ids = pieces.merge_dims(-2, -1)  # (batch, (tokens))
-        batch = ids.nrows()
-        starts = tf.fill([batch, 1], tf.constant(START_ID, tf.int64))  # (batch, 1)
-        ends = tf.fill([batch, 1], tf.constant(END_ID, tf.int64))  # (batch, 1)
-        return tf.concat([starts, ids, ends], axis=1)  # (batch, (tokens + 2))
+        return pieces.merge_dims(-2, -1)  # (batch, (tokens))
 
-    @tokenizer_function
-    def detokenize(self, tokens):
-        """Turns ids back into text: joins word pieces, words by single spaces.
-
-        Everything after the first `[END]` is ignored, and `[PAD]`, `[START]`
-        and `[END]` are dropped. `[UNK]` is kept, so that an unknown word
-        stays visible (as in the tutorial). Ids outside the vocabulary count
-        as `[UNK]`.
-
-        Args:
-            tokens: int32 or int64 ids, a dense `(batch, seq)` tensor or a
-                `tf.RaggedTensor` of shape `(batch, (seq))`.
-
-        Returns:
-            A string tensor of shape `(batch,)`: lower-cased text with
-            punctuation split off ("the boy ' s book").
-        """
-        ids = self._valid_ids(tokens)
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor(default_value=PAD_ID)  # (batch, seq)
-        ended = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) > 0
-        keep = ~ended & (ids != PAD_ID) & (ids != START_ID) & (ids != END_ID)  # (batch, seq)
-        kept = tf.ragged.boolean_mask(ids, keep)  # (batch, (tokens))
-        words = self.tokenizer.detokenize(kept)  # (batch, (words))
+    def _join(self, ids):
+        """Kept ids `(batch, (tokens))` to text, for `detokenize`: word pieces
+        joined into words, words by single spaces. `[UNK]` stays visible (as in
+        the tutorial); the text is lower-cased with punctuation split off
+        ("the boy ' s book")."""
+        words = self.tokenizer.detokenize(ids)  # (batch, (words))
         return tf.strings.reduce_join(words, separator=" ", axis=-1)  # (batch,)
-
-    @tokenizer_function
-    def lookup(self, token_ids):
-        """Maps ids to their word pieces, one string per id.
-
-        Args:
-            token_ids: int32 or int64 ids, dense or ragged `(batch, seq)`.
-
-        Returns:
-            Strings of the same shape and kind (dense or ragged), e.g.
-            `[[b"[START]", b"gat", b"##inhos", b"[END]"]]`.
-        """
-        return tf.gather(self.vocab, self._valid_ids(token_ids))
-
-    @tokenizer_function
-    def get_vocab_size(self):
-        """Returns the number of tokens in the vocabulary, a scalar int32 tensor."""
-        return tf.shape(self.vocab)[0]
 
     def _vocabulary(self):
         return self.vocab

@@ -29,61 +29,89 @@ from transformer.run import RunConfig, train
 result = train(RunConfig(output_dir="runs/toy"))
 result.evaluation.exact_match, result.evaluation.bleu
 ```
-
-The names below are imported on first use: importing a submodule that needs
-no TensorFlow (`transformer.run.config`, `transformer.run.recipes`,
-`transformer.run.precision`) does not import it, so that `train.py` parses its
-options before TensorFlow starts.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
+from transformer.constants import DISTRIBUTION_STRATEGIES
+from transformer.run.config import DEFAULT_RUNS_DIR, RESUMABLE_FIELDS, RunConfig
+from transformer.run.config_format import CONFIG_FORMAT_VERSION, load_config
+from transformer.run.precision import (
+    PRECISIONS,
+    cpu_flags,
+    default_precision,
+    explain_default_precision,
+)
+from transformer.run.recipes import (
+    CORPUS_DEFAULTS,
+    TOY_DEFAULTS,
+    CorpusFacts,
+    dataset_defaults,
+    default_model,
+    resolve,
+    size_epochs_and_batches,
+)
+
+# Imported from their modules on first use, because they import TensorFlow:
+# `train.py` imports `transformer.run.config` (and so this package) to parse
+# its options, and must answer `--help` or a usage error before TensorFlow
+# starts (tests/test_train_cli.py). The `TYPE_CHECKING` block at the end names
+# them for readers and static tools (tests/test_structure.py checks that the
+# two agree).
+_LAZY = {
     "CheckpointSaver": "callbacks",
     "EpochSummary": "callbacks",
     "LearningRateLogger": "callbacks",
     "StopOnNaN": "callbacks",
     "TrainingError": "callbacks",
     "optimizer_step": "callbacks",
-    "CONFIG_FORMAT_VERSION": "config_format",
-    "load_config": "config_format",
-    "CORPUS_DEFAULTS": "recipes",
-    "CorpusFacts": "recipes",
-    "resolve": "recipes",
-    "DEFAULT_RUNS_DIR": "config",
-    "RESUMABLE_FIELDS": "config",
-    "TOY_DEFAULTS": "recipes",
-    "RunConfig": "config",
-    "dataset_defaults": "recipes",
-    "default_model": "recipes",
-    "size_epochs_and_batches": "recipes",
-    "DISTRIBUTION_STRATEGIES": "distribute",
     "make_strategy": "distribute",
     "Evaluation": "evaluation",
     "evaluate": "evaluation",
     "normalize_text": "evaluation",
     "translate_all": "evaluation",
-    "PRECISIONS": "precision",
-    "cpu_flags": "precision",
-    "default_precision": "precision",
-    "explain_default_precision": "precision",
     "TrainResult": "trainer",
     "train": "trainer",
     "weights_fingerprint": "trainer",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = [
+    "DEFAULT_RUNS_DIR", "RESUMABLE_FIELDS", "RunConfig", "CONFIG_FORMAT_VERSION", "load_config",
+    "PRECISIONS", "cpu_flags", "default_precision", "explain_default_precision",
+    "CORPUS_DEFAULTS", "TOY_DEFAULTS", "CorpusFacts", "dataset_defaults", "default_model",
+    "resolve", "size_epochs_and_batches", "DISTRIBUTION_STRATEGIES", *_LAZY,
+]
 
 
 def __getattr__(name: str):
-    if name not in _EXPORTS:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # the names of `_LAZY`, for readers and static tools
+    from transformer.run.callbacks import (  # noqa: F401
+        CheckpointSaver,
+        EpochSummary,
+        LearningRateLogger,
+        StopOnNaN,
+        TrainingError,
+        optimizer_step,
+    )
+    from transformer.run.distribute import make_strategy  # noqa: F401
+    from transformer.run.evaluation import (  # noqa: F401
+        Evaluation,
+        evaluate,
+        normalize_text,
+        translate_all,
+    )
+    from transformer.run.trainer import TrainResult, train, weights_fingerprint  # noqa: F401

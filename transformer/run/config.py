@@ -24,9 +24,8 @@ from transformer.constants import (
     SENTENCEPIECE_MODEL_TYPES,
     TOKENIZER_KINDS,
 )
-from transformer.data.loading import DATASETS
+from transformer.data.source import DATASETS, VOCAB_SAMPLE_PAIRS
 from transformer.data.splits import MAX_HELD_OUT
-from transformer.data.streamed import VOCAB_SAMPLE_PAIRS
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.config_checks import check_config
 from transformer.run.precision import PRECISIONS, explain_default_precision

@@ -20,7 +20,7 @@ from transformer.constants import (
     SENTENCEPIECE_MODEL_TYPES,
     TOKENIZER_KINDS,
 )
-from transformer.data.loading import DATASETS
+from transformer.data.source import DATASETS
 from transformer.model_config import PRESETS
 from transformer.run.precision import PRECISIONS
 from transformer.run.sizing import AUTO_PRESET

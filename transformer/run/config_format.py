@@ -42,8 +42,8 @@ from typing import Any
 
 from transformer import rundir
 from transformer.constants import PAPER_LEARNING_RATE
+from transformer.data.source import VOCAB_SAMPLE_PAIRS
 from transformer.data.splits import MAX_HELD_OUT
-from transformer.data.streamed import VOCAB_SAMPLE_PAIRS
 from transformer.run.adapt import PARENT_KEY
 from transformer.run.config import RESOLVED_FIELDS, RESUMABLE_FIELDS, RunConfig
 from transformer.run.fingerprint import FINGERPRINT_KEY

@@ -40,21 +40,22 @@ def pairs_sha256(pairs: list[Pair]) -> str:
     return digest.hexdigest()
 
 
-def data_fingerprint(config, corpus: Corpus) -> dict[str, dict]:
+def data_fingerprint(source, corpus: Corpus) -> dict[str, dict]:
     """The fingerprint of a run's inputs, one entry per input (see the module docstring).
 
     Args:
-        config: the run's `RunConfig` (`data`, `valid`, `test`, `dataset`, `seed`).
+        source: the run's `transformer.data.source.CorpusSource`, or anything
+            with its `data`, `valid`, `test`, `dataset` and `seed` (a `RunConfig`).
         corpus: the `Corpus` read from those inputs.
 
     Returns:
         A JSON-serializable dict: input -> its fingerprint.
     """
-    if config.data:
+    if source.data:
         # Validation and test pairs given in no file of their own were read from `data`.
         read = {
-            "data": len(corpus.train) + (0 if config.valid else len(corpus.valid))
-            + (0 if config.test else len(corpus.test)),
+            "data": len(corpus.train) + (0 if source.valid else len(corpus.valid))
+            + (0 if source.test else len(corpus.test)),
             "valid": len(corpus.valid),
             "test": len(corpus.test),
         }
@@ -62,18 +63,18 @@ def data_fingerprint(config, corpus: Corpus) -> dict[str, dict]:
         return {
             role: {"path": str(path), "bytes": Path(path).stat().st_size, "pairs": read[role],
                    "sha256": corpus.file_sha256.get(str(path)) or file_sha256(path)}
-            for role, path in (("data", config.data), ("valid", config.valid),
-                               ("test", config.test))
+            for role, path in (("data", source.data), ("valid", source.valid),
+                               ("test", source.test))
             if path
         }
     splits = {"train": corpus.train, "validation": corpus.valid, "test": corpus.test}
-    if config.dataset == "toy":
+    if source.dataset == "toy":
         every = [pair for pairs in splits.values() for pair in pairs]
-        return {"toy": {"seed": config.seed, "pairs": len(every),
+        return {"toy": {"seed": source.seed, "pairs": len(every),
                         "split_pairs": [len(pairs) for pairs in splits.values()],
                         "sha256": pairs_sha256(every)}}
     return {
-        split: {"name": config.dataset, "split": split, "version": corpus.version,
+        split: {"name": source.dataset, "split": split, "version": corpus.version,
                 "pairs": len(pairs), "sha256": pairs_sha256(pairs)}
         for split, pairs in splits.items()
     }

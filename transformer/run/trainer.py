@@ -31,7 +31,8 @@ from transformer.data.batching import (
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
-from transformer.data.loading import training_corpus
+from transformer.data.loading import read_training_corpus
+from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.model import build_model
 from transformer.run import sampling
@@ -344,10 +345,11 @@ def _make_data(session: _Session, config: RunConfig, from_chief=False) -> _Data:
     """`_load_data`'s work in this process (`from_chief`: with the chief's
     `tokens/` linked into `session.write_dir` and its tokenizers)."""
     tokens_dir = session.write_dir / rundir.TOKENS_DIR
-    corpus = training_corpus(config, record_dir=tokens_dir)
+    source = CorpusSource.of_config(config)  # the part of the config that names the data
+    corpus = read_training_corpus(source, record_dir=tokens_dir)
     logger.info("Corpus %s: %d training, %d validation, %d test pairs.", corpus.name,
                 len(corpus.train), len(corpus.valid), len(corpus.test))
-    fingerprint = data_fingerprint(config, corpus)
+    fingerprint = data_fingerprint(source, corpus)
     if session.resuming:
         check_data_unchanged(session.run_dir, session.saved_fingerprint,
                              fingerprint)  # or a one-line refusal
