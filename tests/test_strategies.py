@@ -1,4 +1,4 @@
-"""The strategies carry their behaviour (`transformer.strategies.Strategy`): what
+"""The strategies carry their behaviour (`transformer.decoding.strategies.Strategy`): what
 each consumer needs of a strategy, it asks the object, never its type."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer import strategies
-from transformer.strategies import (
+from transformer.decoding import strategies
+from transformer.decoding.strategies import (
     BEAM_PATIENCE,
     Beam,
     Greedy,
@@ -59,8 +59,8 @@ def test_no_module_outside_the_strategies_asks_a_strategy_its_type():
         found = type_questions(path.read_text(encoding="utf-8"))
         if found:
             asked[str(path.relative_to(PACKAGE))] = found
-    assert asked == {}, ("ask the strategy (transformer.strategies.Strategy), not its type: "
-                         f"{asked}")
+    assert asked == {}, ("ask the strategy (transformer.decoding.strategies.Strategy), not its "
+                         f"type: {asked}")
 
 
 def test_type_questions_are_found():
@@ -196,7 +196,7 @@ def test_strategy_module_lets_the_command_lines_name_a_users_strategy(
     module = "users_strategies"  # a module of the user's, made here
     (tmp_path / f"{module}.py").write_text(
         "import dataclasses\n"
-        "from transformer.strategies import Greedy\n\n"
+        "from transformer.decoding.strategies import Greedy\n\n"
         "@dataclasses.dataclass(frozen=True)\n"
         "class Thrifty(Greedy, name='users_thrifty'):\n"
         "    patience: int = 2\n", encoding="utf-8")

@@ -1,9 +1,9 @@
 """Decoding a `Transformer`, from token ids and from text: the model as the
 search strategies' callback, and the translation pipeline in TensorFlow ops.
 
-`transformer.search` holds the search loops and knows no model;
-`transformer.translate.Translator` (Python objects in and out) and the
-SavedModel of `transformer.export` both run this module's `translate_batch`.
+`transformer.decoding.search` holds the search loops and knows no model;
+`transformer.decoding.translator.Translator` (Python objects in and out) and the
+SavedModel of `transformer.decoding.saved_model` both run this module's `translate_batch`.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017). The model
 exposes the two halves that it needs, `Transformer.encode` (run once per
@@ -11,13 +11,13 @@ sentence) and `Transformer.decode_step` (the newest token through the very
 layers that training runs, each `MultiHeadAttention` reading and extending
 its cached keys and values), with `Transformer.initial_cache`. This module
 turns them into the `next_logits(tokens, cache, index)` callback of the
-search strategies of `transformer.search`, and runs them:
+search strategies of `transformer.decoding.search`, and runs them:
 
 - `naive_greedy_decode` is the tutorial's loop: every step re-runs the whole
   `Transformer((context, output_so_far))`, encoder included, and takes the
   arg-max of the last position. It is kept as the reference.
 - `decode` runs any strategy object (`Greedy()`, `Beam(4)`, `Sample(seed=1)`
-  of `transformer.strategies`) on the cached step, with one output layout;
+  of `transformer.decoding.strategies`) on the cached step, with one output layout;
   cached greedy decoding gives the naive loop's tokens, much faster.
   `compile_decode` compiles it once per strategy (`Strategy.pipeline_key`),
   the settings being tensor inputs.
@@ -56,13 +56,13 @@ from transformer.constants import (
     START_ID,
 )
 from transformer.data.tokenizers import load_tokenizers
-from transformer.search import (
+from transformer.decoding.search import (
     length_penalty,
     repeat_beams,
     run_search,
     setting_specs,
 )
-from transformer.strategies import as_strategy
+from transformer.decoding.strategies import as_strategy
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -182,7 +182,7 @@ def start_decoding(model, encoder_tokens, beam_size=1):
 
 def decode(model, encoder_tokens, limits, initial_finished, search, settings=None, *,
            return_stopped=False):
-    """Runs a search strategy on the cached decoder (`transformer.search.run_search`).
+    """Runs a search strategy on the cached decoder (`transformer.decoding.search.run_search`).
 
     Args:
         model: a `Transformer`.
@@ -410,7 +410,7 @@ def compile_pipeline(tokenizers, model, search):
     Returns:
         A `tf.function` `f(sentences, max_length, extra_length, settings)` with
         a fixed signature (string `(batch,)`, int32, int32 and the dict of
-        scalars `transformer.search.setting_specs(search)`), traced once
+        scalars `transformer.decoding.search.setting_specs(search)`), traced once
         (`f.experimental_get_tracing_count()` stays 1) whatever the settings.
     """
 

@@ -5,7 +5,7 @@ dataclass that checks its own settings. It declares everything its
 consumers need, so that none of them asks which type it is:
 
 - `search(settings, start, limits, initial_finished)`: how it decodes, in
-  TensorFlow ops, over the model's next-token callback (`transformer.search`
+  TensorFlow ops, over the model's next-token callback (`transformer.decoding.search`
   has the loops it may use);
 - `SETTINGS` and `settings()`: the numbers its search takes as scalar tensor
   inputs, so that other numbers do not retrace a compiled pipeline; the
@@ -15,7 +15,7 @@ consumers need, so that none of them asks which type it is:
 - `ctranslate2_options()`: CTranslate2's options that run the same search,
   or `NotSupportedError` through `not_supported`;
 - `SAVED_MODEL`: the function of an exported SavedModel that runs it with
-  some of its settings as inputs (`transformer.export`), or None;
+  some of its settings as inputs (`transformer.decoding.saved_model`), or None;
 - `NAME` (a class keyword, `class Mine(Strategy, name="mine")`): registers
   it by name, which `translate.py --search NAME`, the SavedModel's functions
   and `transformer-serve` read (`registered()`). A subclass without a name
@@ -24,7 +24,7 @@ consumers need, so that none of them asks which type it is:
 The methods a strategy must define are abstract: a subclass that lacks one
 cannot be made. This module is standard library only (no TensorFlow), so
 that `translate.py` checks its options before TensorFlow starts; the
-built-in strategies reach `transformer.search` when they search.
+built-in strategies reach `transformer.decoding.search` when they search.
 `run_strategy(run_dir)` is how a run was evaluated.
 """
 
@@ -48,7 +48,7 @@ __all__ = ["BEAM_PATIENCE", "Beam", "Greedy", "NotSupportedError", "Sample",
 
 
 # CTranslate2's beam stops once round(beam size * BEAM_PATIENCE) hypotheses
-# have finished (`transformer.ctranslate2_translator`). With 1 it stops before
+# have finished (`transformer.decoding.ctranslate2_translator`). With 1 it stops before
 # the project's search in a few sentences, which then differ; from 1.5 on, the
 # beam-4 translations of the runs measured are the project's but for about
 # one sentence in a thousand (BENCHMARKS.md, "Decoding engines"), and larger
@@ -71,9 +71,9 @@ def _check_number(name, value, low, high, low_closed, high_closed=True):
 
 
 def _loops():
-    """`transformer.search` (TensorFlow), imported when a built-in strategy first
+    """`transformer.decoding.search` (TensorFlow), imported when a built-in strategy first
     searches: importing this module must not start TensorFlow."""
-    from transformer import search
+    from transformer.decoding import search
 
     return search
 
@@ -140,7 +140,7 @@ class Strategy(abc.ABC):
             settings: `settings()` as scalar tensors (`SETTINGS`' dtypes).
             start: `start(rows_per_sentence) -> (next_logits, cache)`: the
                 model's callback and its initial cache with that many rows
-                per sentence (see `transformer.search`).
+                per sentence (see `transformer.decoding.search`).
             limits: int32 `(batch,)`, each sentence's most output tokens.
             initial_finished: bool `(batch,)`, sentences to skip (empty ones).
 
@@ -150,7 +150,7 @@ class Strategy(abc.ABC):
             what it ranks by, `log P / lp` with `penalty_alpha`'s `lp`; bool
             `(batch,)` the sentences whose limit stopped their search (the
             others have the output a higher limit gives). `n` is
-            `results_per_sentence`. `transformer.search.one_row` makes them
+            `results_per_sentence`. `transformer.decoding.search.one_row` makes them
             of a one-row search.
         """
 

@@ -2,13 +2,13 @@
 
 Not the command line (`transformer/cli/translate.py`, which the script
 `translate.py` runs and which uses this module): `Translator` maps text to
-text with the pipeline of `transformer.decoding.translate_batch` (tokenize,
+text with the pipeline of `transformer.decoding.pipeline.translate_batch` (tokenize,
 encode, search, cut at `[END]`, detokenize), compiled once per strategy of
-`transformer.strategies` (`Strategy.pipeline_key`): `Greedy()`, `Beam(size,
+`transformer.decoding.strategies` (`Strategy.pipeline_key`): `Greedy()`, `Beam(size,
 alpha, n_best)`, `Sample(temperature, top_k, top_p, seed)` or any other
 `Strategy` object, a user's own subclass included. It hands back the text, the
 tokens, the score and, when asked for, every attention weight of the final
-output. `export_translator` (from `transformer.export`) writes the same
+output. `export_translator` (from `transformer.decoding.saved_model`) writes the same
 pipeline as a SavedModel.
 """
 
@@ -33,7 +33,7 @@ from transformer.constants import (
     TRANSLATE_BATCH_SIZE,
     TRANSLATE_FIRST_PASS_EXTRA,
 )
-from transformer.decoding import (
+from transformer.decoding.pipeline import (
     DEFAULT_EXTRA_LENGTH,
     TOKENS_SPEC,
     compile_pipeline,
@@ -43,10 +43,9 @@ from transformer.decoding import (
     teacher_forced_pass,
     tokenize_and_trim,
 )
-from transformer.export import export_translator
-from transformer.seams import require_tensorflow
-from transformer.search import length_penalty, setting_tensors
-from transformer.strategies import (
+from transformer.decoding.saved_model import export_translator
+from transformer.decoding.search import length_penalty, setting_tensors
+from transformer.decoding.strategies import (
     Beam,
     Greedy,
     Sample,
@@ -54,6 +53,7 @@ from transformer.strategies import (
     check_strategy,
     run_strategy,
 )
+from transformer.seams import require_tensorflow
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def _to_strings(values):
 class Translator:
     """Translates text with tokenizers and a trained `Transformer`.
 
-    The search is one strategy object (`transformer.strategies`): `Greedy()`
+    The search is one strategy object (`transformer.decoding.strategies`): `Greedy()`
     (the default), `Beam(size=4, alpha=0.6, n_best=1)` (with `n_best > 1`,
     the `n_best` best hypotheses of each sentence) or `Sample(temperature,
     top_k, top_p, seed)`, or any other `Strategy` object. All run the
@@ -269,7 +269,7 @@ class Translator:
 
         The tokenizers and the model are loaded as saved (the model in the
         precision it was saved with, as translate.py loads it); the default
-        `search` is `transformer.strategies.run_strategy(run_dir)`: the beam of
+        `search` is `transformer.decoding.strategies.run_strategy(run_dir)`: the beam of
         the run's evaluation (`eval_beam_size` in config.json, alpha 0.6), or
         `Greedy()` for a beam of 1 or none. Other arguments are the
         constructor's.
@@ -350,7 +350,7 @@ class Translator:
         higher limit gives. Sampling draws in one pass, in the list's own
         order: a draw depends on the sentence's row in its batch, so a list
         of at most `batch_size` sentences is sampled as the SavedModel
-        (`transformer.export`) samples it, in one batch.
+        (`transformer.decoding.saved_model`) samples it, in one batch.
         """
         settings = setting_tensors(search)  # a Sample's missing seed is drawn once
         full_extra = self._extra_length()

@@ -1,7 +1,7 @@
 """The search loops in TensorFlow (greedy, sampling, beam) over a next-token function.
 
-`transformer.strategies` says what to search (objects, no TensorFlow);
-this module does it, knowing no model; `transformer.decoding` plugs the
+`transformer.decoding.strategies` says what to search (objects, no TensorFlow);
+this module does it, knowing no model; `transformer.decoding.pipeline` plugs the
 model in.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017): from
@@ -21,9 +21,9 @@ and nothing here knows the model. Every strategy takes
   `[PAD]`);
 - its own settings.
 
-`transformer.decoding` builds the callback from a `Transformer`, as flax's
+`transformer.decoding.pipeline` builds the callback from a `Transformer`, as flax's
 `beam_search(..., tokens_to_logits, ...)` and keras-hub's samplers take
-theirs. A strategy object of `transformer.strategies` (what to search, no
+theirs. A strategy object of `transformer.decoding.strategies` (what to search, no
 TensorFlow) runs its own search with these loops (`Strategy.search`), and
 `run_search` runs a strategy; `one_row` gives a one-row search the layout
 that strategies return. The loops:
@@ -465,7 +465,7 @@ def run_search(search, settings, start, limits, initial_finished=None, return_st
     """Runs a strategy's search (`Strategy.search`) with its `settings`.
 
     Args:
-        search: a strategy object of `transformer.strategies`.
+        search: a strategy object of `transformer.decoding.strategies`.
         settings: a dict of its settings by name (numbers or scalar tensors,
             see `setting_specs`), e.g. `search.settings()`.
         start: `start(rows_per_sentence) -> (next_logits, cache)`: the callback
