@@ -21,15 +21,16 @@ uses it. How the built-in ones map onto CTranslate2:
   stay live) but ranks finished hypotheses by `log P / |Y| ** length_penalty`
   (`|Y|` the output tokens), where the project ranks them by
   `log P / lp(Y)` with the GNMT penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha`
-  (`gnmt_length_penalty`, `|Y|` with `[END]`). No `length_penalty` gives that
+  (`Beam.score`, `|Y|` with `[END]`). No `length_penalty` gives that
   ranking, so the search runs with `length_penalty=alpha` and
   `return_end_token=True`, returns its `round(k * BEAM_PATIENCE)` finished
   hypotheses with their scores, `log P` is recovered as
   `score * |Y| ** alpha`, and the hypotheses are ranked again by
-  `log P / lp(Y)`. One difference is left, when the search stops: with a
-  penalty CTranslate2 stops once `round(k * patience)` hypotheses have
-  finished, while the project goes on until none of the live ones, scored at
-  their current length, beats the `k` best finished. A hypothesis that ends
+  `log P / lp(Y)`, the strategy's own `score`. One difference is left, when
+  the search stops: with a penalty CTranslate2 stops once
+  `round(k * patience)` hypotheses have finished, while the project goes on
+  until none of the live ones, scored at their current length, beats the `k`
+  best finished. A hypothesis that ends
   after one search stopped and before the other did can win in the longer
   one; with `patience = 1` CTranslate2 often stops first, hence
   `BEAM_PATIENCE` (the measured agreement is in BENCHMARKS.md). With
@@ -148,7 +149,7 @@ def usable_cores() -> int:
 
 def gnmt_length_penalty(length, alpha) -> float:
     """`lp(Y) = ((5 + |Y|) / 6) ** alpha`: `transformer.decoding.search.length_penalty`
-    for numbers."""
+    for numbers, the penalty `Beam.score` divides by."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -374,9 +375,11 @@ class CTranslate2Translator:
             ctranslate2_module().set_random_seed(seed)
         limits = self._limits(tokens, max_length, extra_length)
         outputs = self._decode(tokens, limits, options, batch_size)
+        settings = search.settings()  # as numbers, for `score`
         results = []
         for row, output in zip(tokens, outputs, strict=True):
-            hypotheses = self._hypotheses(row, output, search, options["length_penalty"])
+            hypotheses = self._hypotheses(row, output, search, options["length_penalty"],
+                                          settings)
             results.append(hypotheses if search.results_per_sentence > 1 else hypotheses[0])
         return results
 
@@ -409,14 +412,14 @@ class CTranslate2Translator:
             max_decoding_length=limit, min_decoding_length=0, return_end_token=True,
             return_scores=True, use_vmap=self.use_vmap, **options)
 
-    def _hypotheses(self, tokens, output, search, penalty):
-        """The `Hypothesis`es of one sentence, best first (ranked as the project ranks)."""
+    def _hypotheses(self, tokens, output, search, penalty, settings):
+        """The `Hypothesis`es of one sentence, best first, ranked as the project
+        ranks: by the strategy's own `score` (`settings`: its settings)."""
         input_tokens = [_START, *(piece if self.source.piece_to_id(piece) != UNK_ID else _UNK
                                   for piece in tokens), _END]
         if output is None:  # an empty sentence
             count = search.results_per_sentence
             return [Hypothesis("", [], input_tokens, -math.inf, -math.inf)] * count
-        alpha = search.score_alpha
         hypotheses = []
         for pieces, score in zip(output.hypotheses, output.scores, strict=True):
             log_prob = score * len(pieces) ** penalty  # CTranslate2's score is log P / |Y| ** lp
@@ -424,6 +427,6 @@ class CTranslate2Translator:
             hypotheses.append(Hypothesis(
                 text=self.detokenize(body), tokens=[_START, *pieces],
                 input_tokens=input_tokens,
-                score=log_prob / gnmt_length_penalty(len(pieces), alpha), log_prob=log_prob))
+                score=search.score(log_prob, float(len(pieces)), settings), log_prob=log_prob))
         hypotheses.sort(key=lambda h: -h.score)  # stable: CTranslate2's order among ties
         return hypotheses[: search.results_per_sentence]
