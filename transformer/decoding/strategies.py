@@ -168,12 +168,14 @@ class Strategy:
         # A class with a search of its own declares what depends on the search
         # itself: whether it depends on the batch, and the engines that run it
         # (its parent's CTranslate2 options would run the parent's search).
-        if "next_tokens" in vars(cls) and "search" not in vars(cls):
+        own = vars(cls)
+        if "next_tokens" in own and "search" not in own and cls.search is not Strategy.search:
             cls.search = Strategy.search  # its one method is its search
-        if "next_tokens" in vars(cls) or "search" in vars(cls):
-            if "TWO_PASSES" not in vars(cls):
+        if "next_tokens" in own or "search" in own:
+            if "TWO_PASSES" not in own and cls.TWO_PASSES:
                 cls.TWO_PASSES = False
-            if "ctranslate2_options" not in vars(cls):
+            if ("ctranslate2_options" not in own
+                    and cls.ctranslate2_options is not Strategy.ctranslate2_options):
                 cls.ctranslate2_options = Strategy.ctranslate2_options
         if name is None:
             return
