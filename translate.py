@@ -8,7 +8,7 @@ It translates sentences with a trained run (written by train.py).
     python translate.py --run runs/toy "o gato preto" --plot attention.png --layer 1
 
 The command is `transformer.cli.translate` (installed as `transformer-translate`);
-from Python, use `transformer.translate.Translator`.
+from Python, use `transformer.decoding.translator.Translator`.
 """
 
 from transformer.cli.translate import main

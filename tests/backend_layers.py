@@ -253,7 +253,7 @@ def refusals():
             assert "\n" not in str(err) and "KERAS_BACKEND=tensorflow" in str(err), str(err)
             refused.append(name)
     attempts = {"seams.token_losses": lambda: seams.token_losses(None, None, 0.0)}
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     attempts["Translator.from_run"] = lambda: Translator.from_run("no-such-run")
     for name, attempt in attempts.items():

@@ -4,7 +4,7 @@
 `transformer.run.train`, exactly as `train.py` does, and hands back its
 `TrainResult`: `tiny_run.run_dir` is a complete run directory (config.json,
 tokenizers/, model.keras, checkpoints/, metrics.csv, metrics.json, logs/ and,
-when `transformer.translate` can export, export/). `run_dir`, `test_pairs` and
+when `transformer.decoding.translator` can export, export/). `run_dir`, `test_pairs` and
 `translator` are that run's directory, test pairs and `Translator`, shared by
 every file that uses them (no test may modify them; the translator's
 pipelines have fixed signatures, so sharing it traces each of them once).
@@ -144,7 +144,7 @@ def test_pairs(tiny_run):
 @pytest.fixture(scope="session")
 def translator(run_dir):
     """A `Translator` of the tiny run."""
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     return Translator.from_run(run_dir)
 

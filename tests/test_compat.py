@@ -18,10 +18,10 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from transformer.decoding.strategies import Beam
+from transformer.decoding.translator import Translator
 from transformer.model import Decoder, Encoder, TiedOutputProjection
 from transformer.model_config import TransformerConfig
-from transformer.strategies import Beam
-from transformer.translate import Translator
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v1"
 MODEL_V2 = Path(__file__).parent / "fixtures" / "model_v2"

@@ -21,15 +21,15 @@ from translate_helpers import copy_run  # noqa: E402
 
 from transformer.cli import export as export_cli  # noqa: E402
 from transformer.cli import translate as translate_cli  # noqa: E402
-from transformer.ctranslate2_translator import (  # noqa: E402
+from transformer.decoding.ctranslate2_translator import (  # noqa: E402
     EXPORT_INFO_FILE,
     CTranslate2Translator,
     gnmt_length_penalty,
     run_export_dir,
     run_export_is_current,
 )
-from transformer.search import length_penalty  # noqa: E402
-from transformer.strategies import Beam, Greedy, Sample  # noqa: E402
+from transformer.decoding.search import length_penalty  # noqa: E402
+from transformer.decoding.strategies import Beam, Greedy, Sample  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Tests of transformer/search.py and transformer/decoding.py: the model's two
+"""Tests of transformer/decoding/search.py and transformer/decoding/pipeline.py: the model's two
 halves (`encode`, `decode_step`), cached greedy decoding against the naive
 loop (random and trained models, compiled, pre-norm, mixed precision), beam
 search (a beam of one is greedy, scores, brute force), the search strategies on
@@ -24,7 +24,7 @@ from translate_helpers import (
 )
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.decoding import (
+from transformer.decoding.pipeline import (
     compile_decode,
     decode,
     naive_greedy_decode,
@@ -32,7 +32,7 @@ from transformer.decoding import (
     sequence_log_probs,
     start_decoding,
 )
-from transformer.search import (
+from transformer.decoding.search import (
     BeamState,
     beam_search,
     greedy_search,
@@ -41,7 +41,7 @@ from transformer.search import (
     sample_search,
     setting_tensors,
 )
-from transformer.strategies import Beam, Greedy, Sample
+from transformer.decoding.strategies import Beam, Greedy, Sample
 
 LENGTHS = [9, 3, 6, 2, 7]  # a padded batch: every row has a different length
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer"
@@ -220,7 +220,7 @@ def test_the_beam_state_has_named_fields_and_the_cache_follows_the_hypotheses():
 def test_the_loops_keep_the_static_sizes_of_the_cache_axes_that_do_not_grow():
     """Only the rows and the axes empty at the start may vary (with every axis
     unknown, a greedy step took 1.5-1.8x as long: BENCHMARKS.md)."""
-    from transformer.search import _cache_shapes
+    from transformer.decoding.search import _cache_shapes
 
     model = random_model(seed=0)
     next_logits, cache = start_decoding(model, tf.constant(random_sources(0, [4, 3])))
@@ -604,7 +604,7 @@ def test_beam_search_of_size_one_is_greedy_on_the_trained_model(translator, test
 _MODEL_PARTS = {"encoder", "decoder", "final_layer", "enc_layers", "dec_layers"}
 # The model's own modules, and the CTranslate2 exporter, which reads every
 # layer's weights to lay them out as CTranslate2's specification.
-_MODEL_MODULES = {"model.py", "layers.py", "attention.py", "export_ctranslate2.py"}
+_MODEL_MODULES = {"model.py", "layers.py", "attention.py", "ctranslate2_export.py"}
 
 
 def _attribute_uses(path, names):
@@ -622,9 +622,9 @@ def test_nothing_outside_the_model_touches_its_encoder_decoder_or_final_layer():
 
 
 def test_the_search_strategies_know_nothing_of_the_model():
-    path = PACKAGE / "search.py"
+    path = PACKAGE / "decoding" / "search.py"
     imported = {node.module for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                 if isinstance(node, ast.ImportFrom)}
     assert imported <= {"__future__", "typing", "transformer.constants",
-                        "transformer.strategies"}, imported
+                        "transformer.decoding.strategies"}, imported
     assert not _attribute_uses(path, _MODEL_PARTS | {"decode_step", "encode", "initial_cache"})

@@ -24,14 +24,14 @@ from translate_helpers import (
 
 from transformer.constants import DEFAULT_ALPHA, END_ID, PAD_ID, START_ID
 from transformer.data.batching import TokenizedPairs, token_budget_batches
-from transformer.decoding import naive_greedy_decode
+from transformer.decoding.pipeline import naive_greedy_decode
+from transformer.decoding.search import sample_search
+from transformer.decoding.strategies import Beam, Greedy, evaluation_strategy, run_strategy
+from transformer.decoding.translator import Translator
 from transformer.model import build_model
 from transformer.run.checkpoints import average_last_checkpoints
 from transformer.run.fitting import train_stream as _train_stream
 from transformer.rundir import CONFIG_FILE
-from transformer.search import sample_search
-from transformer.strategies import Beam, Greedy, evaluation_strategy, run_strategy
-from transformer.translate import Translator
 
 LONG = 44  # past the fixture's max_length of 32
 

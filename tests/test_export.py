@@ -1,4 +1,4 @@
-"""Tests of transformer/export.py: the translator exported as a SavedModel."""
+"""Tests of transformer/decoding/saved_model.py: the translator exported as a SavedModel."""
 
 import json
 import subprocess
@@ -12,8 +12,8 @@ import tensorflow as tf
 from translate_helpers import copy_run
 
 from transformer import Transformer
-from transformer.strategies import Beam, Greedy, Sample
-from transformer.translate import Translator, export_translator
+from transformer.decoding.strategies import Beam, Greedy, Sample
+from transformer.decoding.translator import Translator, export_translator
 
 RELOAD_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -84,7 +84,7 @@ def test_export_from_a_jupyter_kernel(translator, run_dir, tmp_path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {repo!r})
-        from transformer.translate import Translator, export_translator
+        from transformer.decoding.translator import Translator, export_translator
         translator = Translator.from_run({str(run_dir)!r})
         export_translator(translator, {str(export_dir)!r})
         print("exported")

@@ -1,4 +1,4 @@
-"""Tests of transformer/export_ctranslate2.py and ctranslate2_translator.py: the model
+"""Tests of transformer/decoding/ctranslate2_export.py and ctranslate2_translator.py: the model
 run by CTranslate2.
 
 The references are the model's own logits, one full forward pass per step
@@ -33,15 +33,8 @@ from transformer.constants import (  # noqa: E402
     RESERVED_TOKENS,
     START_ID,
 )
-from transformer.ctranslate2_translator import (  # noqa: E402
-    EXPORT_INFO_FILE,
-    VOCABULARY_MAP_FILE,
-    CTranslate2Translator,
-    ctranslate2_module,
-)
 from transformer.data import read_tsv  # noqa: E402
-from transformer.decoding import load_run  # noqa: E402
-from transformer.export_ctranslate2 import (  # noqa: E402
+from transformer.decoding.ctranslate2_export import (  # noqa: E402
     ctranslate2_spec,
     export_ctranslate2,
     export_run,
@@ -50,8 +43,15 @@ from transformer.export_ctranslate2 import (  # noqa: E402
     vocabulary,
     write_vocabulary_map,
 )
+from transformer.decoding.ctranslate2_translator import (  # noqa: E402
+    EXPORT_INFO_FILE,
+    VOCABULARY_MAP_FILE,
+    CTranslate2Translator,
+    ctranslate2_module,
+)
+from transformer.decoding.pipeline import load_run  # noqa: E402
+from transformer.decoding.strategies import Greedy  # noqa: E402
 from transformer.model import Transformer  # noqa: E402
-from transformer.strategies import Greedy  # noqa: E402
 
 BEAM = 4
 
@@ -552,7 +552,7 @@ def test_use_vmap_without_a_map_is_a_clear_error(run_export):
 
 FRESH_PROCESS = textwrap.dedent("""
     import json, sys
-    from transformer.ctranslate2_translator import CTranslate2Translator
+    from transformer.decoding.ctranslate2_translator import CTranslate2Translator
     texts = CTranslate2Translator(sys.argv[1])(json.loads(sys.argv[2]), beam_size=4)
     print(json.dumps({"texts": texts, "tensorflow": "tensorflow" in sys.modules}))
 """)

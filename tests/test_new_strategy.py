@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 from transformer.constants import END_ID, START_ID
-from transformer.search import greedy_search, one_row
-from transformer.strategies import Greedy, SavedModelFunction, Strategy
+from transformer.decoding.search import greedy_search, one_row
+from transformer.decoding.strategies import Greedy, SavedModelFunction, Strategy
 
 SENTENCES = 12
 
@@ -145,7 +145,7 @@ def test_translate_py_finds_it_by_name(translator, sources, monkeypatch, capsys)
 
 def test_the_savedmodel_runs_it_as_its_call_and_as_its_own_function(translator, sources,
                                                                       tmp_path):
-    from transformer.export import export_translator
+    from transformer.decoding.saved_model import export_translator
 
     export_dir = export_translator(translator, tmp_path / "export",
                                    search=RepetitionPenalty(3.0))
@@ -167,7 +167,7 @@ def test_ctranslate2_runs_it_with_its_own_option(run_dir, translator, sources,
     from translate_helpers import copy_run
 
     from transformer.cli.export import ctranslate2_model
-    from transformer.ctranslate2_translator import CTranslate2Translator
+    from transformer.decoding.ctranslate2_translator import CTranslate2Translator
 
     run = copy_run(run_dir, tmp_path_factory.mktemp("penalty") / "run")
     engine = CTranslate2Translator(ctranslate2_model(run), use_vmap=False)

@@ -61,7 +61,7 @@ def _run(command, site, cwd):
 @pytest.mark.slow
 def test_installed_packages_include_the_subpackages(site):
     for package in ("transformer", "transformer/data", "transformer/run", "transformer/cli",
-                    "transformer/kernels"):
+                    "transformer/kernels", "transformer/decoding"):
         assert (site / package / "__init__.py").is_file(), package
 
 

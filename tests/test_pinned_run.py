@@ -71,7 +71,7 @@ def _tokens(tokenizer, texts):
 def test_max_tokens_trims_the_training_pairs_and_limits_the_evaluation(pinned_run):
     from transformer.data import read_tsv
     from transformer.data.tokenizers import load_tokenizers
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     run_dir = Path(pinned_run.run_dir)
     manifest = _record(run_dir, "tokens/tokens.json")

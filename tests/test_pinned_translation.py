@@ -54,7 +54,7 @@ def _generated(result):
 
 
 def test_outputs_stop_at_input_length_plus_50_and_at_128_tokens(endless):
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     tokenizers, model = endless
     short, long = _source_tokens(tokenizers, SHORT), _source_tokens(tokenizers, LONG)
@@ -74,7 +74,7 @@ def test_outputs_stop_at_input_length_plus_50_and_at_128_tokens(endless):
 
 
 def test_a_larger_cap_is_the_models_max_length_and_none_lifts_the_input_rule(endless):
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     tokenizers, model = endless
     short = _source_tokens(tokenizers, SHORT)
@@ -87,8 +87,8 @@ def test_a_larger_cap_is_the_models_max_length_and_none_lifts_the_input_rule(end
 
 
 def test_evaluation_limits_outputs_to_max_tokens(endless):
+    from transformer.decoding.translator import Translator
     from transformer.run.evaluation import evaluate
-    from transformer.translate import Translator
 
     tokenizers, model = endless
     pairs = [(SHORT, "the cat eats the fish"), (LONG, "the boy reads")]

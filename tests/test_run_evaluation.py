@@ -215,8 +215,8 @@ def test_evaluation_of_the_tiny_run_is_its_own_translations_scored(
 def test_evaluate_decodes_with_the_beam_it_is_given(tiny_run, translator, test_pairs):
     """On sentences where the tiny model's beam of 4 and greedy decoding
     disagree, `evaluate(..., beam_size=4)` gives the beam's translations."""
-    from transformer.strategies import Beam
-    from transformer.translate import Translator
+    from transformer.decoding.strategies import Beam
+    from transformer.decoding.translator import Translator
 
     model, tokenizers = translator.transformer, translator.tokenizers
     max_tokens = tiny_run.config.resolved_max_tokens

@@ -214,7 +214,7 @@ def test_tiny_run_fixture_is_a_complete_run(tiny_run):
     assert accuracy > 20 / config["target_vocab_size"]
     assert accuracy > tiny_run.history["masked_accuracy"][0] + 0.1
     # translate.py's loader needs nothing else.
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     translation = Translator.from_run(run_dir)(tiny_run.examples[0][0], return_attention=False)
     assert translation.text == tiny_run.examples[0][2]
@@ -390,7 +390,7 @@ def test_shared_vocabulary_and_fitted_warmup_run_end_to_end(tiny_tsv, tmp_path):
     saves, reloads and translates."""
     from transformer import run, rundir
     from transformer.data.tokenizers import load_tokenizers
-    from transformer.translate import Translator
+    from transformer.decoding.translator import Translator
 
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_tsv, run_dir, epochs=2, shared_vocab=True, warmup_steps=40,

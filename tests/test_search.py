@@ -4,7 +4,7 @@ The beams are small (2 to 4) and the vocabulary bigger, so every step
 drops candidates; sentences stop early once no live hypothesis can beat the
 finished ones. The reference below enumerates every extension of every live
 hypothesis in plain Python and applies the rules documented in
-`transformer.search.beam_search`, so the whole n-best list (tokens and
+`transformer.decoding.search.beam_search`, so the whole n-best list (tokens and
 scores `log P / lp`) must agree, not only the best answer.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from transformer.constants import END_ID, PAD_ID, START_ID
-from transformer.search import beam_search, repeat_beams
+from transformer.decoding.search import beam_search, repeat_beams
 
 VOCAB = 9
 

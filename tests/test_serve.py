@@ -20,10 +20,10 @@ import pytest
 
 pytest.importorskip("starlette", reason="the optional extra 'serve' is not installed")
 
+from transformer.decoding.strategies import Beam, Greedy, Sample  # noqa: E402
 from transformer.serving import Batcher, Busy, Limits  # noqa: E402
 from transformer.serving.app import ServerSettings, create_app  # noqa: E402
 from transformer.serving.server import listen, make_server  # noqa: E402
-from transformer.strategies import Beam, Greedy, Sample  # noqa: E402
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

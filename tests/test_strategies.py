@@ -1,4 +1,4 @@
-"""The strategies carry their behaviour (`transformer.strategies.Strategy`): what
+"""The strategies carry their behaviour (`transformer.decoding.strategies.Strategy`): what
 each consumer needs of a strategy, it asks the object, never its type."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer import strategies
-from transformer.strategies import (
+from transformer.decoding import strategies
+from transformer.decoding.strategies import (
     BEAM_PATIENCE,
     Beam,
     Greedy,
@@ -59,8 +59,8 @@ def test_no_module_outside_the_strategies_asks_a_strategy_its_type():
         found = type_questions(path.read_text(encoding="utf-8"))
         if found:
             asked[str(path.relative_to(PACKAGE))] = found
-    assert asked == {}, ("ask the strategy (transformer.strategies.Strategy), not its type: "
-                         f"{asked}")
+    assert asked == {}, ("ask the strategy (transformer.decoding.strategies.Strategy), not its "
+                         f"type: {asked}")
 
 
 def test_type_questions_are_found():
@@ -85,8 +85,9 @@ def test_each_strategy_answers_the_protocol(search, rows, results, alpha, two_pa
     assert isinstance(search, Strategy) and check_strategy(search) is search
     assert search.rows_per_sentence == rows
     assert search.results_per_sentence == results
-    assert search.score_alpha == pytest.approx(alpha)
-    assert search.penalty_alpha(search.settings()) == pytest.approx(alpha)
+    # Its own score: log P, divided by the GNMT penalty for a beam.
+    assert search.score(-6.0, 7.0, search.settings()) == pytest.approx(
+        -6.0 / ((5 + 7) / 6) ** alpha)
     assert search.TWO_PASSES is two_passes
     assert [name for name, _ in search.SETTINGS] == sorted(search.settings(), key=[
         name for name, _ in search.SETTINGS].index)
@@ -117,19 +118,55 @@ def test_the_built_in_strategies_are_registered_by_name():
         as_strategy(str)
 
 
-def test_a_strategy_lacking_a_method_cannot_be_made():
-    class Forgetful(Strategy):  # no ctranslate2_options: not a silent greedy default
-        def search(self, settings, start, limits, initial_finished):
-            raise AssertionError("never searched")
+def test_a_strategy_without_a_search_cannot_be_made_and_one_method_is_enough():
+    class Forgetful(Strategy):  # neither next_tokens nor search
+        def score(self, log_prob, length, settings):
+            return log_prob
 
-        @property
-        def results_per_sentence(self):
-            return 1
-
-    with pytest.raises(TypeError, match="abstract method.*ctranslate2_options"):
+    with pytest.raises(TypeError, match="abstract method 'next_tokens'"):
         Forgetful()
     with pytest.raises(TypeError, match="abstract method"):
         Strategy()
+
+    class OneMethod(Strategy):  # the smallest strategy
+        def next_tokens(self, log_probs, tokens, settings):
+            raise AssertionError("never searched")
+
+    search = OneMethod()
+    assert (search.results_per_sentence, search.rows_per_sentence) == (1, 1)
+    assert search.score(-2.0, 3.0, {}) == -2.0 and search.settings() == {}
+    assert repr(search) == "OneMethod()" and search.SAVED_MODEL is None
+    # Engines are declared by the strategies that run on them, not required.
+    with pytest.raises(NotSupportedError, match=r"^OneMethod\(\) cannot run on CTranslate2"):
+        search.ctranslate2_options()
+
+
+def test_two_passes_is_off_unless_the_class_that_searches_declares_it():
+    """A sampler whose draws depend on the batch row is safe by default: a class
+    with its own search decodes in one pass unless it says otherwise."""
+
+    class Drawing(Greedy):  # a search of its own: neither Greedy's word nor its engine
+        def next_tokens(self, log_probs, tokens, settings):
+            raise AssertionError("never searched")
+
+    assert Strategy.TWO_PASSES is False and Drawing.TWO_PASSES is False
+    assert Drawing.search is Strategy.search  # its one method is its search
+    with pytest.raises(NotSupportedError):
+        Drawing().ctranslate2_options()
+
+    class Declared(Strategy):
+        TWO_PASSES = True
+
+        def next_tokens(self, log_probs, tokens, settings):
+            raise AssertionError("never searched")
+
+    class Rescored(Greedy):  # Greedy's search, its own score: Greedy's word holds
+        def score(self, log_prob, length, settings):
+            return log_prob / length
+
+    assert Declared.TWO_PASSES is True and Rescored.TWO_PASSES is True
+    assert Rescored().ctranslate2_options() == Greedy().ctranslate2_options()
+    assert Rescored().score(-6.0, 3.0, {}) == -2.0
 
 
 def test_a_subclass_is_registered_only_by_its_own_name():
@@ -139,7 +176,7 @@ def test_a_subclass_is_registered_only_by_its_own_name():
     assert Mine.NAME is None and "greedy" in registered() and registered()["greedy"] is Greedy
     assert Mine.SAVED_MODEL is None and Greedy.SAVED_MODEL is not None  # "greedy" is taken
     assert Mine().pipeline_key() != Greedy().pipeline_key()
-    taken = r"'greedy' for .*Other: the name of transformer\.strategies\.Greedy already"
+    taken = r"'greedy' for .*Other: the name of transformer\.decoding\.strategies\.Greedy already"
     with pytest.raises(ValueError, match=taken):
         class Other(Greedy, name="greedy"):
             pass
@@ -196,7 +233,7 @@ def test_strategy_module_lets_the_command_lines_name_a_users_strategy(
     module = "users_strategies"  # a module of the user's, made here
     (tmp_path / f"{module}.py").write_text(
         "import dataclasses\n"
-        "from transformer.strategies import Greedy\n\n"
+        "from transformer.decoding.strategies import Greedy\n\n"
         "@dataclasses.dataclass(frozen=True)\n"
         "class Thrifty(Greedy, name='users_thrifty'):\n"
         "    patience: int = 2\n", encoding="utf-8")

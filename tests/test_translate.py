@@ -1,5 +1,6 @@
-"""Tests of transformer/translate.py, the pipeline of transformer/decoding.py and the
-strategies of transformer/strategies.py: the `Translator`.
+"""Tests of transformer/decoding/translator.py, the pipeline of
+transformer/decoding/pipeline.py and the strategies of
+transformer/decoding/strategies.py: the `Translator`.
 
 Decoding itself (greedy, beam, sampling, cached against naive) is tested in
 test_decoding.py, the export in test_export.py.
@@ -14,16 +15,16 @@ import tensorflow as tf
 from translate_helpers import beam_search_decode, cached_greedy_decode, first_end_lengths
 
 from transformer.constants import END_ID, PAD_ID, START_ID, TRANSLATE_FIRST_PASS_EXTRA
-from transformer.decoding import (
+from transformer.decoding.pipeline import (
     length_penalty,
     naive_greedy_decode,
     output_limits,
     sequence_log_probs,
 )
+from transformer.decoding.strategies import Beam, Greedy, Sample
+from transformer.decoding.translator import Translation, Translator
 from transformer.model import build_model
 from transformer.rundir import CONFIG_FILE, RunDirError
-from transformer.strategies import Beam, Greedy, Sample
-from transformer.translate import Translation, Translator
 
 # --- Translator --------------------------------------------------------------------
 
@@ -218,7 +219,7 @@ def test_unknown_words_go_through_unk(translator):
 def test_overlong_sentence_is_trimmed_with_a_warning(translator, caplog):
     limit = translator.transformer.config.max_length
     sentence = " ".join(["o gato preto come o bolo"] * 12)  # far more than `limit` tokens
-    with caplog.at_level(logging.WARNING, logger="transformer.translate"):
+    with caplog.at_level(logging.WARNING, logger="transformer.decoding.translator"):
         result = translator(["o gato", sentence])[1]
     assert "trimmed" in caplog.text and f"max_length={limit}" in caplog.text
     assert len(result.input_tokens) == limit and result.input_tokens[-1] == "[END]"
@@ -228,7 +229,7 @@ def test_overlong_sentence_is_trimmed_with_a_warning(translator, caplog):
 def test_max_length_caps_the_output(translator, test_pairs, caplog):
     result = translator(test_pairs[0][0], max_length=2)
     assert len(result.token_ids) <= 2
-    with caplog.at_level(logging.WARNING, logger="transformer.translate"):
+    with caplog.at_level(logging.WARNING, logger="transformer.decoding.translator"):
         translator(test_pairs[0][0], max_length=10_000)
     assert "more than the model's max_length" in caplog.text
 

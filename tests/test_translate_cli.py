@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from transformer.cli.translate import main
-from transformer.strategies import Beam, Greedy, Sample
-from transformer.translate import Translator
+from transformer.decoding.strategies import Beam, Greedy, Sample
+from transformer.decoding.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "translate.py"

@@ -16,9 +16,9 @@ import tensorflow as tf
 
 from transformer import Transformer
 from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, END_ID, START_ID
-from transformer.decoding import decode
+from transformer.decoding.pipeline import decode
+from transformer.decoding.strategies import Beam, Greedy, Sample
 from transformer.rundir import CONFIG_FILE, MODEL_FILE, TOKENIZERS_DIR
-from transformer.strategies import Beam, Greedy, Sample
 
 SOURCE_VOCAB = 60
 TARGET_VOCAB = 50

@@ -61,19 +61,21 @@ _EXPORTS = {
     "MaskedLoss": "training",
     "masked_loss": "training",
     "masked_accuracy": "training",
-    "Translator": "translate",
-    "Translation": "translate",
-    "Greedy": "strategies",
-    "Beam": "strategies",
-    "Sample": "strategies",
-    "export_translator": "translate",
+    "Translator": "decoding.translator",
+    "Translation": "decoding.translator",
+    "Strategy": "decoding.strategies",
+    "Greedy": "decoding.strategies",
+    "Beam": "decoding.strategies",
+    "Sample": "decoding.strategies",
+    "export_translator": "decoding.translator",
 }
 
 __all__ = list(_EXPORTS)
 
 # The modules whose names need the TensorFlow backend: training and decoding
 # are written in TensorFlow ops (docs/design.md, "Public API").
-_TENSORFLOW_ONLY = {"training": "transformer.training", "translate": "transformer.translate"}
+_TENSORFLOW_ONLY = {"training": "transformer.training",
+                    "decoding.translator": "transformer.decoding.translator"}
 
 
 def _seams():
@@ -86,12 +88,12 @@ def _import_all() -> None:
     classes, and through `transformer.seams` the kernels' (the optimizers
     `transformer.run.train` compiles models with), are then registered for loading."""
     tensorflow = _seams().KERNELS
-    for module in dict.fromkeys(_EXPORTS.values()):
-        if tensorflow or module not in _TENSORFLOW_ONLY:  # they import TensorFlow
-            importlib.import_module(f"{__name__}.{module}")
+    modules = {module: importlib.import_module(f"{__name__}.{module}")
+               for module in dict.fromkeys(_EXPORTS.values())
+               if tensorflow or module not in _TENSORFLOW_ONLY}  # they import TensorFlow
     for name, module in _EXPORTS.items():
-        if tensorflow or module not in _TENSORFLOW_ONLY:  # else asked for through __getattr__
-            globals()[name] = getattr(globals()[module], name)
+        if module in modules:  # else asked for through __getattr__
+            globals()[name] = getattr(modules[module], name)
 
 
 def __getattr__(name: str):

@@ -47,10 +47,10 @@ import tensorflow as tf  # noqa: E402
 from common import RESULTS, machine  # noqa: E402
 
 from transformer.constants import END_ID, START_ID  # noqa: E402
-from transformer.decoding import compile_decode, naive_greedy_decode  # noqa: E402
+from transformer.decoding.pipeline import compile_decode, naive_greedy_decode  # noqa: E402
+from transformer.decoding.strategies import Greedy  # noqa: E402
 from transformer.model import build_model  # noqa: E402
 from transformer.model_config import TransformerConfig  # noqa: E402
-from transformer.strategies import Greedy  # noqa: E402
 
 # The vocabulary sizes of the tutorial's ted_hrlr_translate/pt_to_en tokenizers.
 SOURCE_VOCAB = 7765

@@ -3,11 +3,11 @@
 One run directory and its test split, translated by each engine in its own
 process, one after the other (never two at once):
 
-- `tf`: `transformer.translate.Translator` on the model as saved, which is
+- `tf`: `transformer.decoding.translator.Translator` on the model as saved, which is
   what `translate.py` runs (a run trained in `mixed_bfloat16` decodes in it);
 - `tf-float32`: the same weights in a float32 model, when the run was saved
   in another precision;
-- `ct2-float32`, `ct2-int8`: `transformer.ctranslate2_translator` on the
+- `ct2-float32`, `ct2-int8`: `transformer.decoding.ctranslate2_translator` on the
   run's CTranslate2 exports (`translate.py --engine ctranslate2
   [--quantization int8]`), converted before the timings.
 
@@ -43,7 +43,7 @@ from pathlib import Path
 from common import REPO, RESULTS, BenchError, bleu_lc, machine, pinned, read_pairs, worker_json
 
 from transformer import rundir
-from transformer.strategies import Beam, Greedy
+from transformer.decoding.strategies import Beam, Greedy
 
 SEARCHES = {"greedy": Greedy(), "beam4": Beam(4, 0.6)}
 CORES = {1: "1", 2: "0,1"}  # taskset CPU lists
@@ -75,8 +75,8 @@ def tensorflow_engine(run, variant, threads):
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    from transformer.decoding import load_run
-    from transformer.translate import Translator
+    from transformer.decoding.pipeline import load_run
+    from transformer.decoding.translator import Translator
 
     tokenizers, model = load_run(run)
     if variant == "tf-float32" and model.dtype_policy.name != "float32":
@@ -95,8 +95,8 @@ def ctranslate2_engine(run, variant, threads, patience=None, batch_size=None, us
     `patience` replaces the beam's `BEAM_PATIENCE`, `batch_size` the engine's
     `CTRANSLATE2_BATCH_SIZE`, and `use_vmap=False` leaves the export's vocabulary
     map unused."""
-    from transformer import strategies
-    from transformer.ctranslate2_translator import CTranslate2Translator, run_export_dir
+    from transformer.decoding import strategies
+    from transformer.decoding.ctranslate2_translator import CTranslate2Translator, run_export_dir
 
     if patience is not None:
         strategies.BEAM_PATIENCE = patience

@@ -87,8 +87,8 @@ def load(url: str, sentences: list[str], clients: int, requests: int, seconds: f
 
 def direct_worker(args) -> dict:
     """The engine called in this process: one sentence a call, then batches."""
-    from transformer.engines import load_engine
-    from transformer.search_options import SearchOptions, search_strategy
+    from transformer.decoding.engines import load_engine
+    from transformer.decoding.search_options import SearchOptions, search_strategy
 
     sentences = [source for source, _ in read_pairs(args.test, args.requests)]
     engine = load_engine(args.run, args.engine)

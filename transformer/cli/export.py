@@ -5,11 +5,11 @@
     transformer-export runs/x --format savedmodel --output exported/
 
 `--format ctranslate2` (the default) writes a CTranslate2 model directory
-with its SentencePiece files (`transformer.export_ctranslate2`), by default
+with its SentencePiece files (`transformer.decoding.ctranslate2_export`), by default
 the run's own `RUN/ctranslate2-<quantization>/`, which `translate.py --engine
 ctranslate2` reuses; it needs the optional `ctranslate2` package.
 `--format savedmodel` writes the TensorFlow SavedModel of the translation
-pipeline (`transformer.export.export_translator`), by default to
+pipeline (`transformer.decoding.saved_model.export_translator`), by default to
 `RUN/export/`, which train.py writes at the end of a run. The directory
 written is printed on standard output. Errors are one line on standard
 error, with exit status 1 (2 for a usage error); TensorFlow is imported only
@@ -17,7 +17,7 @@ once the options and the run directory are checked.
 
 `ctranslate2_model(run_dir, quantization)` is the conversion
 `translate.py --engine ctranslate2` makes once and reuses
-(`transformer.engines.ctranslate2_model`, which says so on standard error here).
+(`transformer.decoding.engines.ctranslate2_model`, which says so on standard error here).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from transformer import engines, rundir  # no TensorFlow at import
+from transformer import rundir
 from transformer.cli.common import OneLineErrorParser, hide_native_stderr, report_error
-from transformer.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
+from transformer.decoding import engines  # no TensorFlow at import
+from transformer.decoding.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
     CLI_QUANTIZATIONS,
     ctranslate2_module,
 )
@@ -68,7 +69,7 @@ def parse_args(argv=None):
 
 
 def ctranslate2_model(run_dir, quantization="float32", force=False) -> Path:
-    """`transformer.engines.ctranslate2_model`, saying on standard error when it converts.
+    """`transformer.decoding.engines.ctranslate2_model`, saying on standard error when it converts.
 
     Raises:
         ImportError: without the ctranslate2 package, saying how to install it.

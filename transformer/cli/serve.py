@@ -29,8 +29,8 @@ from transformer.cli.common import (
     positive_int,
     report_error,
 )
-from transformer.ctranslate2_translator import CLI_QUANTIZATIONS
-from transformer.engines import ENGINES, load_engine
+from transformer.decoding.ctranslate2_translator import CLI_QUANTIZATIONS
+from transformer.decoding.engines import ENGINES, load_engine
 from transformer.serving.limits import Limits  # standard library only
 
 try:  # the optional extra "serve": starlette, uvicorn, httptools, prometheus-client

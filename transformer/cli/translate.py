@@ -1,7 +1,8 @@
-"""The `translate.py` command line (options, files, printing) over `transformer.translate`.
+"""The `translate.py` command line (options, files, printing) over the library's
+`transformer.decoding.translator`.
 
 The script `translate.py` only calls `main` here; the Python API it uses is
-`transformer.translate.Translator`. The search options become one strategy
+`transformer.decoding.translator.Translator`. The search options become one strategy
 object in `search_strategy`.
 
     python translate.py --run runs/toy "o gato preto come o bolo"
@@ -17,16 +18,16 @@ object in `search_strategy`.
 With `--engine ctranslate2` the run is converted once to a CTranslate2 model
 directory inside it (`RUN/ctranslate2-float32/`, or `-int8`; converted again
 when its model.keras changes, see `transformer.cli.export`) and translated by
-CTranslate2 (`transformer.ctranslate2_translator`), with the same search
+CTranslate2 (`transformer.decoding.ctranslate2_translator`), with the same search
 options and scores, except that for a run with one vocabulary the scores
 are renormalized over the target language's pieces (the export's vocabulary
-map, see `transformer.ctranslate2_translator`); TensorFlow starts only to
+map, see `transformer.decoding.ctranslate2_translator`); TensorFlow starts only to
 convert. The attention plots need the TensorFlow engine.
 
 Sentences come from the arguments or, without any, from standard input (one
 per line, UTF-8); either way they are sorted by length and translated in
 batches of `transformer.constants.TRANSLATE_BATCH_SIZE` (CTranslate2:
-`transformer.ctranslate2_translator.CTRANSLATE2_BATCH_SIZE`). Translations go to
+`transformer.decoding.ctranslate2_translator.CTRANSLATE2_BATCH_SIZE`). Translations go to
 standard output, one per line, in the input's order (with --scores, each
 followed by a tab and its score; for a strategy that returns N results per
 sentence, such as --n-best N, N such lines per sentence, best first). A byte-order mark at the start of standard input is dropped. A
@@ -58,22 +59,22 @@ from transformer.cli.common import (
     report_error,
 )
 from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH
-from transformer.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
+from transformer.decoding.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
     CLI_QUANTIZATIONS,
     CTranslate2Translator,
 )
-from transformer.engines import (  # no TensorFlow until an engine loads
+from transformer.decoding.engines import (  # no TensorFlow until an engine loads
     ctranslate2_model,
     tensorflow_translator,
 )
+from transformer.decoding.search_options import SearchOptions  # no TensorFlow
+from transformer.decoding.search_options import search_strategy as options_strategy
+from transformer.decoding.strategies import registered  # no TensorFlow
 from transformer.plot import (  # matplotlib only, no TensorFlow
     attention_axes,
     attention_explorer_html,
     plot_attention_weights,
 )
-from transformer.search_options import SearchOptions  # no TensorFlow
-from transformer.search_options import search_strategy as options_strategy
-from transformer.strategies import registered  # no TensorFlow
 
 _SCORE_HELP = ("the score is the log-probability the search ranks by: log P(Y|X) for "
                "greedy decoding and sampling, and log P(Y|X) / lp(Y) with the length "
@@ -158,7 +159,8 @@ def _add_search_arguments(parser):
                   "size), and --setting FIELD=VALUE any field."
     )
     group.add_argument("--search", default=None, metavar="NAME",
-                       help="a registered search strategy (transformer.strategies.registered(): "
+                       help="a registered search strategy "
+                            "(transformer.decoding.strategies.registered(): "
                             f"{', '.join(registered())}, and those of --strategy-module)")
     group.add_argument("--setting", action="append", default=[], metavar="FIELD=VALUE",
                        help="with --search: set a field of the strategy (a number, None, "
@@ -189,7 +191,7 @@ def _add_search_arguments(parser):
 
 def search_strategy(args, run_dir=None):
     """The one strategy the search options ask for, in the command line's words:
-    `transformer.search_options.search_strategy` of the parsed arguments (its
+    `transformer.decoding.search_options.search_strategy` of the parsed arguments (its
     docstring says which options make which strategy; greedy when `run_dir` is
     None, which is how `parse_args` checks the options before reading any file).
 

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from transformer.constants import PAD_ID
 from transformer.data.batching import batches_from_tokens, tokenize_pairs
-from transformer.strategies import evaluation_strategy
+from transformer.decoding.strategies import evaluation_strategy
+from transformer.decoding.translator import Translator
 from transformer.training import token_losses
-from transformer.translate import Translator
 
 
 def normalize_text(text: str, lower_case: bool = True) -> str:
@@ -42,7 +42,7 @@ _WORDS_AND_PUNCTUATION = re.compile(r"\w+|[^\w\s]")
 def translate_all(
     model, tokenizers, sentences, batch_size=128, max_length=64, beam_size=1
 ) -> list[str]:
-    """Translates sentences with `transformer.translate.Translator` (cached
+    """Translates sentences with `transformer.decoding.translator.Translator` (cached
     decoding; at most input length + 50 tokens each), in batches of sentences
     of similar length.
 

@@ -34,6 +34,7 @@ from transformer.data.corpus import Corpus
 from transformer.data.loading import read_training_corpus
 from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
+from transformer.decoding.translator import export_translator
 from transformer.model import build_model
 from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
@@ -71,7 +72,6 @@ from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
 from transformer.run.token_files import tokenizers_digest, training_tokens
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
-from transformer.translate import export_translator
 
 __all__ = ["TrainResult", "TrainingError", "train", "weights_fingerprint"]
 
@@ -132,7 +132,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
     4. Averages the weights if asked (`average_checkpoints`, `ema_momentum`),
        or with `restore_best_weights` takes those of the lowest validation
        loss (`transformer.run.best`), saves `model.keras`, evaluates on the test split (`metrics.json`) and
-       exports the translator (`export/`) when `transformer.translate` can.
+       exports the translator (`export/`) when `transformer.decoding.translator` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state (its
     step, hence the learning rate, and any moving average) and the dropout
@@ -153,7 +153,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         verbose: Keras' progress display: `"auto"` (a progress bar on a
             terminal, else only the one-line epoch summaries), 0, 1 or 2.
         export: also export the translator to `export/`
-            (`transformer.translate.export_translator`).
+            (`transformer.decoding.translator.export_translator`).
 
     Returns:
         A `TrainResult`.

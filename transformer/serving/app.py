@@ -314,7 +314,8 @@ def create_app(engine, run_dir, engine_name: str = "tensorflow",
     """The ASGI application that serves `engine`, and starts its decoder thread.
 
     Args:
-        engine: `engine(sentences, search, max_length)` (`transformer.engines.load_engine`).
+        engine: `engine(sentences, search, max_length)`
+            (`transformer.decoding.engines.load_engine`).
         run_dir: the run directory (its evaluation search is the default, greedy
             for None; only its name is shown to clients).
         engine_name: "tensorflow" or "ctranslate2" (strategies CTranslate2 cannot

@@ -21,7 +21,7 @@ import numbers
 import re
 
 from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH
-from transformer.search_options import SearchOptions, search_strategy
+from transformer.decoding.search_options import SearchOptions, search_strategy
 
 __all__ = ["INT_RANGES", "NUMBER_RANGES", "OPTIONS", "Limits", "RequestError",
            "TranslateRequest", "check_work", "output_length", "parse_request",
@@ -251,7 +251,7 @@ def _spell(option: str) -> str:
 
 def request_search(options: dict, run_dir, engine: str = "tensorflow"):
     """The search strategy of a request's options, as translate.py makes its own
-    (`transformer.search_options.search_strategy`).
+    (`transformer.decoding.search_options.search_strategy`).
 
     Raises:
         RequestError: 400 for options that do not go together, a strategy that

@@ -6,8 +6,8 @@ so that the maxima a client reads are the ones the server enforces.
 
 from __future__ import annotations
 
+from transformer.decoding.strategies import registered
 from transformer.serving.limits import INT_RANGES, NUMBER_RANGES, Limits
-from transformer.strategies import registered
 
 __all__ = ["openapi_schema"]
 

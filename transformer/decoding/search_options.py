@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable
 
 from transformer.constants import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE
-from transformer.strategies import Beam, Greedy, Sample, run_strategy, strategy_class
+from transformer.decoding.strategies import Beam, Greedy, Sample, run_strategy, strategy_class
 
 __all__ = ["OPTION_FIELDS", "SearchOptions", "cli_spelling", "search_strategy"]
 
@@ -38,7 +38,7 @@ class SearchOptions:
     """The decoding options of one translation request; None: not given.
 
     Attributes:
-        search: the name of a registered strategy (`transformer.strategies.registered()`).
+        search: the name of a registered strategy (`transformer.decoding.strategies.registered()`).
         settings: `FIELD=VALUE` texts that set fields of the named strategy.
         beam, alpha, n_best: beam search's size, length penalty and n-best list.
         temperature, top_k, top_p, seed: sampling's knobs.
@@ -75,7 +75,7 @@ def search_strategy(options: SearchOptions, run_dir=None,
     (`named_strategy`). Otherwise any sampling knob samples; `beam` N or
     `n_best` N searches a beam (of max(4, N) for `n_best` alone); with none
     of them, the run decodes as it was evaluated
-    (`transformer.strategies.run_strategy(run_dir)`; greedy when `run_dir`
+    (`transformer.decoding.strategies.run_strategy(run_dir)`; greedy when `run_dir`
     is None, which is how translate.py checks its options before reading
     any file). `alpha` is the beam's length penalty (a beam of 1 with
     `alpha` is greedy decoding scored by log P / lp).

@@ -1,4 +1,4 @@
-"""Translating with a model exported by `transformer.export_ctranslate2`, without TensorFlow.
+"""Translating with the model that `transformer.decoding.ctranslate2_export` wrote, no TensorFlow.
 
 `CTranslate2Translator(model_dir)` reads the export's `export.json`, tokenizes
 with the shipped SentencePiece models (`sentencepiece`) and decodes with
@@ -7,29 +7,30 @@ module imports neither TensorFlow nor the model code, so a machine that
 serves translations needs only `ctranslate2` and `sentencepiece` besides it.
 
 `CTranslate2Translator.translate(sentences, search)` runs the strategies of
-`transformer.strategies` (`Greedy()`, `Beam(size, alpha, n_best)`,
+`transformer.decoding.strategies` (`Greedy()`, `Beam(size, alpha, n_best)`,
 `Sample(...)`, or any whose `ctranslate2_options()` gives CTranslate2's
 options; one that cannot run here raises `NotSupportedError`, naming it) as
-`transformer.translate.Translator` does, with the same scores (without a
+`transformer.decoding.translator.Translator` does, with the same scores (without a
 vocabulary map; with one, see below); `translate.py --engine ctranslate2`
 uses it. How the built-in ones map onto CTranslate2:
 
 - Greedy decoding: `beam_size=1`. The score is `log P(Y | X)`, `[END]`
-  included (`min_decoding_length=0`, see `transformer.export_ctranslate2`).
+  included (`min_decoding_length=0`, see `transformer.decoding.ctranslate2_export`).
 - Beam search: CTranslate2 keeps the project's beam (the `2k` best
   extensions, the `[END]`s among the first `k` finish, the `k` best others
   stay live) but ranks finished hypotheses by `log P / |Y| ** length_penalty`
   (`|Y|` the output tokens), where the project ranks them by
   `log P / lp(Y)` with the GNMT penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha`
-  (`gnmt_length_penalty`, `|Y|` with `[END]`). No `length_penalty` gives that
+  (`Beam.score`, `|Y|` with `[END]`). No `length_penalty` gives that
   ranking, so the search runs with `length_penalty=alpha` and
   `return_end_token=True`, returns its `round(k * BEAM_PATIENCE)` finished
   hypotheses with their scores, `log P` is recovered as
   `score * |Y| ** alpha`, and the hypotheses are ranked again by
-  `log P / lp(Y)`. One difference is left, when the search stops: with a
-  penalty CTranslate2 stops once `round(k * patience)` hypotheses have
-  finished, while the project goes on until none of the live ones, scored at
-  their current length, beats the `k` best finished. A hypothesis that ends
+  `log P / lp(Y)`, the strategy's own `score`. One difference is left, when
+  the search stops: with a penalty CTranslate2 stops once
+  `round(k * patience)` hypotheses have finished, while the project goes on
+  until none of the live ones, scored at their current length, beats the `k`
+  best finished. A hypothesis that ends
   after one search stopped and before the other did can win in the longer
   one; with `patience = 1` CTranslate2 often stops first, hence
   `BEAM_PATIENCE` (the measured agreement is in BENCHMARKS.md). With
@@ -82,7 +83,7 @@ from transformer.constants import (
     START_ID,
     UNK_ID,
 )
-from transformer.strategies import BEAM_PATIENCE, Greedy, check_strategy
+from transformer.decoding.strategies import BEAM_PATIENCE, Greedy, check_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ __all__ = [
 # The file of an export that names the tokenizer files and the model's limits.
 EXPORT_INFO_FILE = "export.json"
 # CTranslate2's vocabulary map in an export: the target pieces a translation may
-# use (`transformer.export_ctranslate2.write_vocabulary_map`).
+# use (`transformer.decoding.ctranslate2_export.write_vocabulary_map`).
 VOCABULARY_MAP_FILE = "vmap.txt"
 _INSTALL_HINT = "pip install 'transformer-tutorial[ctranslate2]' (or 'ctranslate2>=4.5,<5')"
 
@@ -147,7 +148,8 @@ def usable_cores() -> int:
 
 
 def gnmt_length_penalty(length, alpha) -> float:
-    """`lp(Y) = ((5 + |Y|) / 6) ** alpha`, `transformer.search.length_penalty` for numbers."""
+    """`lp(Y) = ((5 + |Y|) / 6) ** alpha`: `transformer.decoding.search.length_penalty`
+    for numbers, the penalty `Beam.score` divides by."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -181,7 +183,7 @@ def run_export_is_current(run_dir, quantization="float32") -> bool:
 def write_run_export(run_dir, quantization, export) -> Path:
     """Writes a run's export into `run_export_dir` atomically; returns that directory.
 
-    `export(directory)` writes the export (`transformer.export_ctranslate2`)
+    `export(directory)` writes the export (`transformer.decoding.ctranslate2_export`)
     into a fresh temporary directory beside it, which then replaces the old
     export by renames: a reader sees the old export or the new one, and a
     failure leaves the old one. The model file's time and size go into
@@ -214,7 +216,7 @@ def write_run_export(run_dir, quantization, export) -> Path:
 @dataclasses.dataclass
 class Hypothesis:
     """One translation of `CTranslate2Translator.translate`, with the fields
-    `translate.py` prints of a `transformer.translate.Translation`.
+    `translate.py` prints of a `transformer.decoding.translator.Translation`.
 
     Attributes:
         text: the translation (`""` for an empty sentence).
@@ -294,7 +296,7 @@ class CTranslate2Translator:
         return [row[: self.max_input_length - 2] for row in rows]
 
     def _limits(self, tokens, max_length, extra_length):
-        """Each sentence's most output tokens, as `transformer.decoding.output_limits`."""
+        """Each sentence's most output tokens, as `transformer.decoding.pipeline.output_limits`."""
         max_length = min(int(max_length), self.max_input_length)
         return [max_length if extra_length is None
                 else min(max_length, len(row) + int(extra_length)) for row in tokens]
@@ -306,7 +308,7 @@ class CTranslate2Translator:
 
         `max_length` caps every output and `extra_length` (None for no such
         limit) each sentence's beyond its number of source tokens, `[END]`
-        included, as in `transformer.decoding.output_limits`. More
+        included, as in `transformer.decoding.pipeline.output_limits`. More
         `ctranslate2.Translator.translate_batch` options may be passed. The
         beam ranks by CTranslate2's own `length_penalty`; `translate` ranks
         as the project does.
@@ -341,7 +343,7 @@ class CTranslate2Translator:
     def translate(self, sentences, search=Greedy(),  # noqa: B008 - a frozen object
                   max_length=DEFAULT_MAX_OUTPUT_LENGTH, extra_length=DEFAULT_EXTRA_LENGTH,
                   batch_size=CTRANSLATE2_BATCH_SIZE):
-        """Translates a list of strings with a strategy of `transformer.strategies`.
+        """Translates a list of strings with a strategy of `transformer.decoding.strategies`.
 
         Args:
             sentences: a list of strings.
@@ -356,7 +358,7 @@ class CTranslate2Translator:
             many, best first (fewer if fewer finished).
 
         Raises:
-            transformer.strategies.NotSupportedError: a strategy that
+            transformer.decoding.strategies.NotSupportedError: a strategy that
                 CTranslate2 cannot run.
         """
         check_strategy(search)
@@ -373,9 +375,11 @@ class CTranslate2Translator:
             ctranslate2_module().set_random_seed(seed)
         limits = self._limits(tokens, max_length, extra_length)
         outputs = self._decode(tokens, limits, options, batch_size)
+        settings = search.settings()  # as numbers, for `score`
         results = []
         for row, output in zip(tokens, outputs, strict=True):
-            hypotheses = self._hypotheses(row, output, search, options["length_penalty"])
+            hypotheses = self._hypotheses(row, output, search, options["length_penalty"],
+                                          settings)
             results.append(hypotheses if search.results_per_sentence > 1 else hypotheses[0])
         return results
 
@@ -408,14 +412,14 @@ class CTranslate2Translator:
             max_decoding_length=limit, min_decoding_length=0, return_end_token=True,
             return_scores=True, use_vmap=self.use_vmap, **options)
 
-    def _hypotheses(self, tokens, output, search, penalty):
-        """The `Hypothesis`es of one sentence, best first (ranked as the project ranks)."""
+    def _hypotheses(self, tokens, output, search, penalty, settings):
+        """The `Hypothesis`es of one sentence, best first, ranked as the project
+        ranks: by the strategy's own `score` (`settings`: its settings)."""
         input_tokens = [_START, *(piece if self.source.piece_to_id(piece) != UNK_ID else _UNK
                                   for piece in tokens), _END]
         if output is None:  # an empty sentence
             count = search.results_per_sentence
             return [Hypothesis("", [], input_tokens, -math.inf, -math.inf)] * count
-        alpha = search.score_alpha
         hypotheses = []
         for pieces, score in zip(output.hypotheses, output.scores, strict=True):
             log_prob = score * len(pieces) ** penalty  # CTranslate2's score is log P / |Y| ** lp
@@ -423,6 +427,6 @@ class CTranslate2Translator:
             hypotheses.append(Hypothesis(
                 text=self.detokenize(body), tokens=[_START, *pieces],
                 input_tokens=input_tokens,
-                score=log_prob / gnmt_length_penalty(len(pieces), alpha), log_prob=log_prob))
+                score=search.score(log_prob, float(len(pieces)), settings), log_prob=log_prob))
         hypotheses.sort(key=lambda h: -h.score)  # stable: CTranslate2's order among ties
         return hypotheses[: search.results_per_sentence]

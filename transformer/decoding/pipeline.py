@@ -1,9 +1,9 @@
 """Decoding a `Transformer`, from token ids and from text: the model as the
 search strategies' callback, and the translation pipeline in TensorFlow ops.
 
-`transformer.search` holds the search loops and knows no model;
-`transformer.translate.Translator` (Python objects in and out) and the
-SavedModel of `transformer.export` both run this module's `translate_batch`.
+`transformer.decoding.search` holds the search loops and knows no model;
+`transformer.decoding.translator.Translator` (Python objects in and out) and the
+SavedModel of `transformer.decoding.saved_model` both run this module's `translate_batch`.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017). The model
 exposes the two halves that it needs, `Transformer.encode` (run once per
@@ -11,13 +11,13 @@ sentence) and `Transformer.decode_step` (the newest token through the very
 layers that training runs, each `MultiHeadAttention` reading and extending
 its cached keys and values), with `Transformer.initial_cache`. This module
 turns them into the `next_logits(tokens, cache, index)` callback of the
-search strategies of `transformer.search`, and runs them:
+search strategies of `transformer.decoding.search`, and runs them:
 
 - `naive_greedy_decode` is the tutorial's loop: every step re-runs the whole
   `Transformer((context, output_so_far))`, encoder included, and takes the
   arg-max of the last position. It is kept as the reference.
 - `decode` runs any strategy object (`Greedy()`, `Beam(4)`, `Sample(seed=1)`
-  of `transformer.strategies`) on the cached step, with one output layout;
+  of `transformer.decoding.strategies`) on the cached step, with one output layout;
   cached greedy decoding gives the naive loop's tokens, much faster.
   `compile_decode` compiles it once per strategy (`Strategy.pipeline_key`),
   the settings being tensor inputs.
@@ -56,13 +56,15 @@ from transformer.constants import (
     START_ID,
 )
 from transformer.data.tokenizers import load_tokenizers
-from transformer.search import (
+from transformer.decoding.search import (
     length_penalty,
+    output_lengths,
     repeat_beams,
     run_search,
+    search_result,
     setting_specs,
 )
-from transformer.strategies import as_strategy
+from transformer.decoding.strategies import as_strategy
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -182,7 +184,7 @@ def start_decoding(model, encoder_tokens, beam_size=1):
 
 def decode(model, encoder_tokens, limits, initial_finished, search, settings=None, *,
            return_stopped=False):
-    """Runs a search strategy on the cached decoder (`transformer.search.run_search`).
+    """Runs a search strategy on the cached decoder (`transformer.decoding.search.run_search`).
 
     Args:
         model: a `Transformer`.
@@ -258,17 +260,6 @@ def output_limits(encoder_tokens, max_length, extra_length=DEFAULT_EXTRA_LENGTH)
 
 # ---------------------------------------------------------------------------
 # Scoring given outputs.
-
-
-def output_lengths(output_tokens):
-    """Tokens up to and including the first `[END]` of each row (the last axis);
-    all of them if there is none."""
-    output_tokens = tf.convert_to_tensor(output_tokens, tf.int64)
-    width = tf.shape(output_tokens, out_type=tf.int64)[-1]
-    positions = tf.range(width, dtype=tf.int64)  # (steps,)
-    end_lengths = tf.where(tf.equal(output_tokens, END_ID), positions + 1, width)  # (..., steps)
-    # The minimum over an empty row is the largest int64; `width` (0) caps it.
-    return tf.minimum(tf.reduce_min(end_lengths, axis=-1), width)  # (...,)
 
 
 def teacher_forced_pass(model, encoder_tokens, output_tokens, lengths, attention=True):
@@ -354,7 +345,7 @@ class TranslationOutput(NamedTuple):
     stopped: tf.Tensor  # (batch,) bool: the search stopped at the limit (see `decode`)
     tokens: tf.Tensor  # (batch, n, steps) int64: output tokens, [PAD] after the end
     lengths: tf.Tensor  # (batch, n) int64: output tokens, [END] included; 0 if empty
-    scores: tf.Tensor  # (batch, n) float32: what the search ranks by (log P / lp for a beam)
+    scores: tf.Tensor  # (batch, n) float32: the strategy's score (log P / lp for a beam)
     log_probs: tf.Tensor  # (batch, n) float32: log P(Y | X)
     texts: tf.Tensor  # (batch, n) string: the detokenized outputs
 
@@ -384,22 +375,20 @@ def translate_batch(tokenizers, model, sentences, max_length, extra_length, sear
     )
     max_length = tf.minimum(max_length, int(model.config.max_length))
     limits = output_limits(encoder_tokens, max_length, extra_length)  # (batch,)
-    tokens, scores, stopped = decode(model, encoder_tokens, limits, empty, search, settings,
-                                     return_stopped=True)
+    result = search_result(search, settings,
+                           lambda rows: start_decoding(model, encoder_tokens, rows),
+                           limits, empty)
     # Up to [END], or to the sentence's own limit when it stopped there.
-    lengths = tf.minimum(output_lengths(tokens), tf.cast(limits, tf.int64)[:, tf.newaxis])
+    lengths = output_lengths(result.tokens, limits)
     lengths = tf.where(empty[:, tf.newaxis], tf.constant(0, tf.int64), lengths)  # (batch, n)
-    in_output = tf.sequence_mask(lengths, tf.shape(tokens)[2])  # (batch, n, steps)
-    tokens = tf.where(in_output, tokens, tf.constant(PAD_ID, tf.int64))
-    # The score is log P / lp (lp = 1 for alpha 0): undo the penalty.
-    log_probs = scores * length_penalty(lengths, search.penalty_alpha(settings))
+    in_output = tf.sequence_mask(lengths, tf.shape(result.tokens)[2])  # (batch, n, steps)
+    tokens = tf.where(in_output, result.tokens, tf.constant(PAD_ID, tf.int64))
     shape = tf.shape(tokens)
     texts = tokenizers.target.detokenize(tf.reshape(tokens, [-1, shape[2]]))  # (batch * n,)
     return TranslationOutput(
         encoder_tokens=encoder_tokens, input_lengths=input_lengths, empty=empty, limits=limits,
-        stopped=stopped,
-        tokens=tokens, lengths=lengths, scores=scores, log_probs=log_probs,
-        texts=tf.reshape(texts, shape[:2]),
+        stopped=result.stopped, tokens=tokens, lengths=lengths, scores=result.scores,
+        log_probs=result.log_probs, texts=tf.reshape(texts, shape[:2]),
     )
 
 
@@ -410,7 +399,7 @@ def compile_pipeline(tokenizers, model, search):
     Returns:
         A `tf.function` `f(sentences, max_length, extra_length, settings)` with
         a fixed signature (string `(batch,)`, int32, int32 and the dict of
-        scalars `transformer.search.setting_specs(search)`), traced once
+        scalars `transformer.decoding.search.setting_specs(search)`), traced once
         (`f.experimental_get_tracing_count()` stays 1) whatever the settings.
     """
 

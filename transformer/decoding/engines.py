@@ -4,7 +4,7 @@
 engine through this module, so that none of the library's modules needs
 the command lines (`transformer.cli`):
 
-- `tensorflow_translator(run_dir)`: `transformer.translate.Translator.from_run`;
+- `tensorflow_translator(run_dir)`: `transformer.decoding.translator.Translator.from_run`;
 - `ctranslate2_model(run_dir, quantization)`: the run's CTranslate2 model
   directory, `RUN/ctranslate2-<quantization>`, converted once and reused
   while it holds the run's present model file;
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformer import rundir  # standard library only
 from transformer.constants import DEFAULT_MAX_OUTPUT_LENGTH
-from transformer.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
+from transformer.decoding.ctranslate2_translator import (  # no TensorFlow, no ctranslate2 at import
     CTranslate2Translator,
     ctranslate2_module,
     run_export_dir,
@@ -41,18 +41,18 @@ Engine = Callable[[list, object, "int | None"], list]
 
 
 def tensorflow_modules():
-    """`(transformer.translate, transformer.export, transformer.export_ctranslate2)`:
+    """`(translator, saved_model, ctranslate2_export)` of `transformer.decoding`:
     TensorFlow, so imported only when a TensorFlow engine or an export is wanted
     (a command line checks its options first)."""
-    from transformer import export, export_ctranslate2, translate
+    from transformer.decoding import ctranslate2_export, saved_model, translator
 
-    return translate, export, export_ctranslate2
+    return translator, saved_model, ctranslate2_export
 
 
 def tensorflow_translator(run_dir):
-    """`transformer.translate.Translator.from_run(run_dir)` (imports TensorFlow)."""
-    translate, _, _ = tensorflow_modules()
-    return translate.Translator.from_run(run_dir)
+    """`transformer.decoding.translator.Translator.from_run(run_dir)` (imports TensorFlow)."""
+    translator, _, _ = tensorflow_modules()
+    return translator.Translator.from_run(run_dir)
 
 
 def ctranslate2_model(run_dir, quantization: str = "float32", force: bool = False,

@@ -1,8 +1,8 @@
 """Exporting a translator as a SavedModel: strings to strings, without this package.
 
-Unlike `transformer.translate.Translator` (Python objects, this package
+Unlike `transformer.decoding.translator.Translator` (Python objects, this package
 needed), the SavedModel holds the tokenizers and the model, and its functions
-are the pipeline `transformer.decoding.translate_batch` that `Translator`
+are the pipeline `transformer.decoding.pipeline.translate_batch` that `Translator`
 runs, with tensors in and out; it reloads with only `tensorflow` and
 `tensorflow_text`.
 """
@@ -16,15 +16,15 @@ from pathlib import Path
 import tensorflow as tf
 
 from transformer import rundir
-from transformer.decoding import (
+from transformer.decoding.pipeline import (
     DEFAULT_EXTRA_LENGTH,
     default_max_length,
     load_run,
     translate_batch,
 )
+from transformer.decoding.search import setting_specs, setting_tensors
+from transformer.decoding.strategies import Strategy, check_strategy, registered, run_strategy
 from transformer.seams import require_tensorflow
-from transformer.search import setting_specs, setting_tensors
-from transformer.strategies import Strategy, check_strategy, registered, run_strategy
 
 logger = logging.getLogger(__name__)
 
@@ -125,12 +125,12 @@ def export_translator(translator_or_run_dir, export_dir=None, search=None):
                           top_k=tf.constant(0), top_p=tf.constant(0.9))
 
     Args:
-        translator_or_run_dir: a `transformer.translate.Translator`, or a run
+        translator_or_run_dir: a `transformer.decoding.translator.Translator`, or a run
             directory to load one from.
         export_dir: where to write; default `<run_dir>/export` when a run
             directory is given.
         search: the strategy of the SavedModel's `__call__` (default: the
-            translator's own, or `transformer.strategies.run_strategy` of the
+            translator's own, or `transformer.decoding.strategies.run_strategy` of the
             run directory: as the run was evaluated). A `Sample` without a
             seed gets one drawn now.
 

@@ -2,13 +2,13 @@
 
 Not the command line (`transformer/cli/translate.py`, which the script
 `translate.py` runs and which uses this module): `Translator` maps text to
-text with the pipeline of `transformer.decoding.translate_batch` (tokenize,
+text with the pipeline of `transformer.decoding.pipeline.translate_batch` (tokenize,
 encode, search, cut at `[END]`, detokenize), compiled once per strategy of
-`transformer.strategies` (`Strategy.pipeline_key`): `Greedy()`, `Beam(size,
+`transformer.decoding.strategies` (`Strategy.pipeline_key`): `Greedy()`, `Beam(size,
 alpha, n_best)`, `Sample(temperature, top_k, top_p, seed)` or any other
 `Strategy` object, a user's own subclass included. It hands back the text, the
 tokens, the score and, when asked for, every attention weight of the final
-output. `export_translator` (from `transformer.export`) writes the same
+output. `export_translator` (from `transformer.decoding.saved_model`) writes the same
 pipeline as a SavedModel.
 """
 
@@ -33,7 +33,7 @@ from transformer.constants import (
     TRANSLATE_BATCH_SIZE,
     TRANSLATE_FIRST_PASS_EXTRA,
 )
-from transformer.decoding import (
+from transformer.decoding.pipeline import (
     DEFAULT_EXTRA_LENGTH,
     TOKENS_SPEC,
     compile_pipeline,
@@ -43,10 +43,9 @@ from transformer.decoding import (
     teacher_forced_pass,
     tokenize_and_trim,
 )
-from transformer.export import export_translator
-from transformer.seams import require_tensorflow
-from transformer.search import length_penalty, setting_tensors
-from transformer.strategies import (
+from transformer.decoding.saved_model import export_translator
+from transformer.decoding.search import setting_tensors
+from transformer.decoding.strategies import (
     Beam,
     Greedy,
     Sample,
@@ -54,6 +53,7 @@ from transformer.strategies import (
     check_strategy,
     run_strategy,
 )
+from transformer.seams import require_tensorflow
 
 logger = logging.getLogger(__name__)
 
@@ -103,9 +103,10 @@ class Translation:
         input_tokens: the source's subword tokens, `[START]` ... `[END]`, as fed
             to the model (after trimming).
         token_ids: int64 numpy array of the output ids (without `[START]`).
-        score: what the search ranks by: `log P(Y | X) / lp(Y)` with the
-            beam's `alpha` for `Beam`, the plain `log P(Y | X)` for `Greedy`
-            and `Sample`; `-inf` for an empty sentence.
+        score: the strategy's own `score` of the output, what it ranks by:
+            `log P(Y | X) / lp(Y)` with the beam's `alpha` for `Beam`, the
+            plain `log P(Y | X)` for `Greedy` and `Sample`; `-inf` for an
+            empty sentence.
         log_prob: `log P(Y | X)` under the model, as the decoding loop summed it.
         attention_weights: for the final output, a mapping with every layer's
             `encoder_layer{i}` `(heads, input_len, input_len)`,
@@ -172,7 +173,7 @@ def _to_strings(values):
 class Translator:
     """Translates text with tokenizers and a trained `Transformer`.
 
-    The search is one strategy object (`transformer.strategies`): `Greedy()`
+    The search is one strategy object (`transformer.decoding.strategies`): `Greedy()`
     (the default), `Beam(size=4, alpha=0.6, n_best=1)` (with `n_best > 1`,
     the `n_best` best hypotheses of each sentence) or `Sample(temperature,
     top_k, top_p, seed)`, or any other `Strategy` object. All run the
@@ -180,7 +181,8 @@ class Translator:
     strategy (per `Strategy.pipeline_key`: its class and static fields)
     whose settings are tensor inputs (traced once for every batch size,
     length and setting), made on first use. The
-    scores come from the decoding loop. The attention weights of the final
+    log-probabilities come from the decoding loop, and each strategy scores
+    them (`Strategy.score`). The attention weights of the final
     output are computed when first read, by one teacher-forced pass of the
     full model over the call's batch, so they are exactly the model's.
 
@@ -202,15 +204,16 @@ class Translator:
         return_attention: give the attention weights (default True); they are
             computed on first access of `Translation.attention_weights`.
         batch_size: sentences decoded together (default `TRANSLATE_BATCH_SIZE`).
-            A list is sorted by length and cut into batches, so that a batch
-            of short sentences stops early (sampling keeps the list's order,
-            on which its draws depend); the results keep the list's order.
-            Greedy and beam search first stop every sentence at its
-            input length + `TRANSLATE_FIRST_PASS_EXTRA` tokens, then search
-            the few their limit stopped again, in batches of their own, up
-            to their full limit: a sentence that never emits `[END]` no
-            longer holds up a whole batch, and the results are those of one
-            pass.
+            With a strategy that declares `TWO_PASSES` (greedy and beam
+            search), a list is sorted by length and cut into batches, so that
+            a batch of short sentences stops early, and a first pass stops
+            every sentence at its input length + `TRANSLATE_FIRST_PASS_EXTRA`
+            tokens; the few their limit stopped are searched again, in
+            batches of their own, up to their full limit: a sentence that
+            never emits `[END]` no longer holds up a whole batch, and the
+            results are those of one pass. Any other strategy (sampling,
+            whose draws depend on the row) decodes in one pass, in the list's
+            order. The results keep the list's order.
         search: this call's strategy (default: the translator's).
 
     Returns:
@@ -269,7 +272,7 @@ class Translator:
 
         The tokenizers and the model are loaded as saved (the model in the
         precision it was saved with, as translate.py loads it); the default
-        `search` is `transformer.strategies.run_strategy(run_dir)`: the beam of
+        `search` is `transformer.decoding.strategies.run_strategy(run_dir)`: the beam of
         the run's evaluation (`eval_beam_size` in config.json, alpha 0.6), or
         `Greedy()` for a beam of 1 or none. Other arguments are the
         constructor's.
@@ -342,15 +345,17 @@ class Translator:
         """Sorts the sentences by length (in characters) into batches and
         translates them; the results are in the list's order.
 
-        Greedy and beam search stop a first pass short
-        (`TRANSLATE_FIRST_PASS_EXTRA`) and decode the sentences stopped there
-        again, together, to their full limit. A sentence whose search ends
-        within the first pass's shorter limit (greedy: at `[END]`; beam: once
-        no live hypothesis can beat the finished ones) has the translation a
-        higher limit gives. Sampling draws in one pass, in the list's own
-        order: a draw depends on the sentence's row in its batch, so a list
-        of at most `batch_size` sentences is sampled as the SavedModel
-        (`transformer.export`) samples it, in one batch.
+        A strategy whose output does not depend on its batch
+        (`Strategy.TWO_PASSES`: greedy and beam search) stops a first pass
+        short (`TRANSLATE_FIRST_PASS_EXTRA`) and decodes the sentences
+        stopped there again, together, to their full limit. A sentence whose
+        search ends within the first pass's shorter limit (greedy: at
+        `[END]`; beam: once no live hypothesis can beat the finished ones)
+        has the translation a higher limit gives. Any other strategy
+        (sampling) decodes in one pass, in the list's own order: a draw
+        depends on the sentence's row in its batch, so a list of at most
+        `batch_size` sentences is sampled as the SavedModel
+        (`transformer.decoding.saved_model`) samples it, in one batch.
         """
         settings = setting_tensors(search)  # a Sample's missing seed is drawn once
         full_extra = self._extra_length()
@@ -407,10 +412,11 @@ class Translator:
         if tokens.shape[1] != search.results_per_sentence:
             raise ValueError(f"{search!r} returned {tokens.shape[1]} results per sentence; its "
                              f"results_per_sentence says {search.results_per_sentence}.")
-        return self._results(out, tokens, empty, search.score_alpha, return_attention), cut
+        return self._results(out, tokens, empty, search, return_attention), cut
 
-    def _results(self, out, tokens, empty, alpha, return_attention):
-        """`Translation`s of a batch's `TranslationOutput` (lists with n-best)."""
+    def _results(self, out, tokens, empty, search, return_attention):
+        """`Translation`s of a batch's `TranslationOutput` (lists with n-best),
+        each scored by the strategy's own `score` of its `log P` and length."""
         batch, n = tokens.shape[:2]
         lengths = out.lengths.numpy().reshape(-1)  # (batch * n,)
         width = int(lengths.max()) if lengths.size else 0
@@ -423,6 +429,7 @@ class Translator:
             tf.constant(np.concatenate([start, flat], axis=1))))
         in_tokens = _rows(self.tokenizers.source.lookup(out.encoder_tokens))
         log_probs = out.log_probs.numpy().reshape(-1)
+        settings = search.settings()  # as numbers, for `score`
         attention = None
         if return_attention and width > 0:
             attention = _BatchAttention(self._attention_pass, encoder_tokens, flat, lengths,
@@ -433,12 +440,14 @@ class Translator:
             for row in range(b * n, (b + 1) * n):
                 length = int(lengths[row])
                 log_prob = -math.inf if empty[b] else float(log_probs[row])
+                score = -math.inf if empty[b] else float(
+                    search.score(log_prob, float(length), settings))
                 hypotheses.append(Translation(
                     text="" if empty[b] else texts[row],
                     tokens=[] if empty[b] else _to_strings(out_tokens[row][: length + 1]),
                     input_tokens=_to_strings(in_tokens[b][: in_lengths[row]]),
                     token_ids=flat[row, :length],
-                    score=log_prob / float(length_penalty(length, alpha)),
+                    score=score,
                     log_prob=log_prob,
                     attention_weights={} if attention is None or empty[b]
                     else attention.for_row(row),

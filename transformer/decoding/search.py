@@ -1,8 +1,9 @@
-"""The search loops in TensorFlow (greedy, sampling, beam) over a next-token function.
+"""The search loops in TensorFlow (token by token, greedy, sampling, beam) over a
+next-token function.
 
-`transformer.strategies` says what to search (objects, no TensorFlow);
-this module does it, knowing no model; `transformer.decoding` plugs the
-model in.
+`transformer.decoding.strategies` says what to search (objects, no
+TensorFlow); this module does it, knowing no model;
+`transformer.decoding.pipeline` plugs the model in.
 
 Decoding is autoregressive (section 3 of Vaswani et al., 2017): from
 `[START]`, each output token is chosen given the source and every token
@@ -21,13 +22,19 @@ and nothing here knows the model. Every strategy takes
   `[PAD]`);
 - its own settings.
 
-`transformer.decoding` builds the callback from a `Transformer`, as flax's
-`beam_search(..., tokens_to_logits, ...)` and keras-hub's samplers take
-theirs. A strategy object of `transformer.strategies` (what to search, no
-TensorFlow) runs its own search with these loops (`Strategy.search`), and
-`run_search` runs a strategy; `one_row` gives a one-row search the layout
-that strategies return. The loops:
+`transformer.decoding.pipeline` builds the callback from a `Transformer`, as
+flax's `beam_search(..., tokens_to_logits, ...)` and keras-hub's samplers
+take theirs. A strategy object of `transformer.decoding.strategies` (what to
+search, no TensorFlow) runs its own search with these loops
+(`Strategy.search`), and `run_search` runs a strategy; `one_row` gives a
+one-row search the layout that strategies return (`SearchResult`), with the
+strategy's own score. The loops:
 
+- `token_by_token`: the public loop of every one-row search. A `choose`
+  function picks each row's next token; the loop feeds it back to the model,
+  stops each row at `[END]` or its limit and sums `log P(Y | X)`.
+  `next_token_search` runs a strategy's one method, `Strategy.next_tokens`,
+  on it;
 - `greedy_search`: the most probable token at every step;
 - `sample_search`: a token drawn at every step, from the distribution
   sharpened or flattened by `temperature` and cut to the `top_k` most
@@ -56,16 +63,30 @@ from transformer.constants import END_ID, PAD_ID, START_ID
 
 __all__ = [
     "BeamState",
+    "SearchResult",
     "beam_search",
     "greedy_search",
     "length_penalty",
+    "next_token_search",
     "one_row",
+    "output_lengths",
     "repeat_beams",
     "run_search",
     "sample_search",
+    "search_result",
     "setting_specs",
     "setting_tensors",
+    "token_by_token",
 ]
+
+
+class SearchResult(NamedTuple):
+    """What a strategy's search returns (`Strategy.search`); `n` results per sentence."""
+
+    tokens: tf.Tensor  # (batch, n, steps) int64: output tokens, best first, [PAD] after [END]
+    scores: tf.Tensor  # (batch, n) float32: the strategy's `score`, what it ranks by
+    log_probs: tf.Tensor  # (batch, n) float32: log P(Y | X)
+    stopped: tf.Tensor  # (batch,) bool: the search stopped at the sentence's limit
 
 
 def length_penalty(length, alpha):
@@ -114,6 +135,30 @@ def _flags(initial_finished, batch_size):
     return tf.convert_to_tensor(initial_finished, tf.bool)
 
 
+def output_lengths(output_tokens, limits=None):
+    """Tokens up to and including the first `[END]` of each row (the last axis);
+    all of them if there is none.
+
+    Args:
+        output_tokens: int output tokens `(..., steps)`.
+        limits: optional int `(batch,)` for tokens `(batch, n, steps)`: each
+            sentence's limit, which caps its lengths (an output that its limit
+            stopped has no `[END]`, and `[PAD]` after the limit).
+
+    Returns:
+        int64 `(...)`.
+    """
+    output_tokens = tf.convert_to_tensor(output_tokens, tf.int64)
+    width = tf.shape(output_tokens, out_type=tf.int64)[-1]
+    positions = tf.range(width, dtype=tf.int64)  # (steps,)
+    end_lengths = tf.where(tf.equal(output_tokens, END_ID), positions + 1, width)  # (..., steps)
+    # The minimum over an empty row is the largest int64; `width` (0) caps it.
+    lengths = tf.minimum(tf.reduce_min(end_lengths, axis=-1), width)  # (...,)
+    if limits is None:
+        return lengths
+    return tf.minimum(lengths, tf.cast(limits, tf.int64)[:, tf.newaxis])  # (batch, n)
+
+
 def _token_log_probs(logits, tokens):
     """`log softmax(logits)` at `tokens`, without the whole `(rows, vocab)` tensor."""
     chosen = tf.gather(logits, tokens, batch_dims=1)  # (rows,)
@@ -124,8 +169,21 @@ def _token_log_probs(logits, tokens):
 # One token at a time: greedy search and sampling.
 
 
-def _token_by_token(next_logits, choose, cache, limits, initial_finished):
-    """The loop of greedy search and sampling: `choose(logits, index)` picks each token.
+def token_by_token(next_logits, choose, cache, limits, initial_finished=None):
+    """The public loop of a one-row search: `choose` picks each row's next token.
+
+    From `[START]`, every step asks the model's callback for the logits of
+    the next token, `choose` picks it, and the loop appends it and feeds it
+    back; a row that has produced `[END]` or reached its limit gets `[PAD]`
+    from then on, and the loop stops once every row has. Greedy search,
+    sampling and every `Strategy.next_tokens` run on it.
+
+    Args:
+        next_logits, cache, limits, initial_finished: see the module docstring.
+        choose: `choose(logits, tokens, index) -> next_tokens`, in TensorFlow
+            ops: float32 logits `(batch, vocab)` of this step, int64 tokens
+            so far `(batch, index + 1)` (`[START]` first), int32 `index` (the
+            output tokens chosen before); returns int64 `(batch,)`.
 
     Returns:
         `(tokens, log_probs)`: int64 `(batch, steps)` output tokens and float32
@@ -143,7 +201,7 @@ def _token_by_token(next_logits, choose, cache, limits, initial_finished):
 
     def body(step, tokens, finished, log_probs, cache):
         logits, cache = next_logits(tokens, cache, step)  # (batch, vocab)
-        next_token = choose(logits, step)  # (batch,)
+        next_token = choose(logits, tokens, step)  # (batch,)
         log_probs += tf.where(finished, 0.0, _token_log_probs(logits, next_token))
         next_token = tf.where(finished, tf.constant(PAD_ID, tf.int64), next_token)
         finished = finished | tf.equal(next_token, END_ID) | (step + 1 >= limits)
@@ -172,10 +230,10 @@ def greedy_search(next_logits, cache, limits, initial_finished=None):
         sentence is finished.
     """
 
-    def choose(logits, index):
+    def choose(logits, tokens, index):
         return tf.argmax(logits, axis=-1, output_type=tf.int64)  # (batch,)
 
-    return _token_by_token(next_logits, choose, cache, limits, initial_finished)
+    return token_by_token(next_logits, choose, cache, limits, initial_finished)
 
 
 def _keep_top_k(logits, top_k):
@@ -223,14 +281,14 @@ def sample_search(next_logits, cache, limits, seed, temperature=1.0, top_k=0, to
     top_k = tf.convert_to_tensor(top_k, tf.int32)
     top_p = tf.convert_to_tensor(top_p, tf.float32)
 
-    def choose(logits, index):
+    def choose(logits, tokens, index):
         logits = logits / temperature  # (batch, vocab)
         logits = tf.cond(top_k > 0, lambda: _keep_top_k(logits, top_k), lambda: logits)
         logits = tf.cond(top_p < 1.0, lambda: _keep_top_p(logits, top_p), lambda: logits)
         step_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(index, tf.int64))
         return tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int64)[:, 0]
 
-    return _token_by_token(next_logits, choose, cache, limits, initial_finished)
+    return token_by_token(next_logits, choose, cache, limits, initial_finished)
 
 
 # ---------------------------------------------------------------------------
@@ -461,42 +519,104 @@ def setting_tensors(search):
             for name, value in search.settings().items()}
 
 
-def run_search(search, settings, start, limits, initial_finished=None, return_stopped=False):
+def search_result(search, settings, start, limits, initial_finished=None) -> SearchResult:
     """Runs a strategy's search (`Strategy.search`) with its `settings`.
 
     Args:
-        search: a strategy object of `transformer.strategies`.
+        search: a strategy object of `transformer.decoding.strategies`.
         settings: a dict of its settings by name (numbers or scalar tensors,
             see `setting_specs`), e.g. `search.settings()`.
         start: `start(rows_per_sentence) -> (next_logits, cache)`: the callback
             and its initial cache with that many rows per sentence (a beam
             needs one per hypothesis).
         limits, initial_finished: see the module docstring.
+
+    Returns:
+        Its `SearchResult`.
+
+    Raises:
+        ValueError: a search that returns something else.
+    """
+    limits = tf.convert_to_tensor(limits, tf.int32)
+    if initial_finished is None:
+        initial_finished = tf.zeros_like(limits, tf.bool)
+    result = search.search(settings, start, limits, initial_finished)
+    if not isinstance(result, tuple) or len(result) != len(SearchResult._fields):
+        raise ValueError(f"{search!r}.search returned {type(result).__name__}; expected a "
+                         "transformer.decoding.search.SearchResult(tokens, scores, log_probs, "
+                         "stopped).")
+    return SearchResult(*result)
+
+
+def run_search(search, settings, start, limits, initial_finished=None, return_stopped=False):
+    """Runs a strategy's search (`Strategy.search`) with its `settings`.
+
+    Args:
+        search, settings, start, limits, initial_finished: see `search_result`.
         return_stopped: also return bool `(batch,)`: the sentences whose
             search their limit stopped (greedy and sampling: without `[END]`).
             The others have the output they would have with any higher limit.
 
     Returns:
         `(tokens, scores)`: int64 `(batch, n, steps)` output tokens, best first,
-        and float32 `(batch, n)` what the search ranks by: `log P / lp` for beam
-        search, `log P` otherwise; `n` is the strategy's `results_per_sentence`.
-        With `return_stopped`, `(tokens, scores, stopped)`.
+        and float32 `(batch, n)` the strategy's `score`, what the search ranks
+        by: `log P / lp` for beam search, `log P` for greedy search and
+        sampling; `n` is the strategy's `results_per_sentence`. With
+        `return_stopped`, `(tokens, scores, stopped)`.
     """
-    limits = tf.convert_to_tensor(limits, tf.int32)
-    if initial_finished is None:
-        initial_finished = tf.zeros_like(limits, tf.bool)
-    tokens, scores, stopped = search.search(settings, start, limits, initial_finished)
-    return (tokens, scores, stopped) if return_stopped else (tokens, scores)
+    result = search_result(search, settings, start, limits, initial_finished)
+    if return_stopped:
+        return result.tokens, result.scores, result.stopped
+    return result.tokens, result.scores
 
 
-def one_row(search, settings, start, limits, initial_finished):
-    """A search of one row per sentence, `search(next_logits, cache, limits,
-    initial_finished=..., **settings) -> (tokens, log_probs)` (`greedy_search`,
-    `sample_search`), in the layout of `Strategy.search`: `(tokens, scores,
-    stopped)`, a sentence stopped when its output has no `[END]`."""
+def one_row(search, settings, start, limits, initial_finished, score=None):
+    """A search of one row per sentence in the layout of `Strategy.search`.
+
+    Args:
+        search: `search(next_logits, cache, limits, initial_finished=...,
+            **settings) -> (tokens, log_probs)`, such as `greedy_search` and
+            `sample_search`.
+        settings, start, limits, initial_finished: see `search_result`.
+        score: the strategy's `score(log_prob, length, settings)` (float32
+            tensors `(batch, 1)`); None: the score is `log P`.
+
+    Returns:
+        A `SearchResult` with one result per sentence; a sentence is stopped
+        when its output has no `[END]`.
+    """
     next_logits, cache = start(1)
     tokens, log_probs = search(next_logits, cache, limits, initial_finished=initial_finished,
                                **settings)
     ended = tf.reduce_any(tf.equal(tokens, END_ID), axis=1)  # (batch,)
     stopped = ~ended & ~_flags(initial_finished, tf.shape(tokens)[0])
-    return tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis], stopped  # (batch, 1, steps), (batch, 1)
+    tokens, log_probs = tokens[:, tf.newaxis, :], log_probs[:, tf.newaxis]  # (batch, 1, ...)
+    scores = log_probs
+    if score is not None:
+        lengths = tf.cast(output_lengths(tokens, limits), tf.float32)  # (batch, 1)
+        scores = score(log_probs, lengths, settings)
+    return SearchResult(tokens, scores, log_probs, stopped)
+
+
+def next_token_search(strategy, settings, start, limits, initial_finished=None):
+    """A strategy's one method, `Strategy.next_tokens`, run on `token_by_token`
+    (the default `Strategy.search`): one row per sentence, each step's
+    log-probabilities (the model's log-softmax) in, the next tokens out, and
+    the strategy's `score` of the summed `log P`.
+
+    Args:
+        strategy: a strategy object that defines `next_tokens`.
+        settings, start, limits, initial_finished: see `search_result`.
+
+    Returns:
+        A `SearchResult` with one result per sentence.
+    """
+
+    def search(next_logits, cache, limits, initial_finished=None, **settings):
+        def choose(logits, tokens, index):
+            log_probs = tf.nn.log_softmax(logits, axis=-1)  # (batch, vocab)
+            return tf.cast(strategy.next_tokens(log_probs, tokens, settings), tf.int64)
+
+        return token_by_token(next_logits, choose, cache, limits, initial_finished)
+
+    return one_row(search, settings, start, limits, initial_finished, score=strategy.score)

@@ -2,7 +2,7 @@
 
 `export_ctranslate2(model, tokenizers_or_run_dir, output_dir)` writes a
 directory that `ctranslate2.Translator(output_dir)` loads, with the run's
-tokenizer files beside the model; `transformer.ctranslate2_translator`
+tokenizer files beside the model; `transformer.decoding.ctranslate2_translator`
 translates strings with it, without TensorFlow. The `ctranslate2` package is
 imported only when a function here is called, and only the command lines
 import this module (`transformer.cli.export`, when asked to convert), so the
@@ -64,7 +64,7 @@ How the project's model maps onto CTranslate2's `TransformerSpec`:
   CTranslate2's default of 1 forbids `[END]` as the first token and
   renormalizes, so its scores would not be the model's `log P`. CTranslate2 ranks beam
   hypotheses by `log P / length ** length_penalty`, not by the GNMT penalty of
-  `transformer.search.length_penalty`; with `length_penalty=0` (and
+  `transformer.decoding.search.length_penalty`; with `length_penalty=0` (and
   `alpha=0` here) both rank by `log P`. One difference is left: a `[PAD]`
   among the output tokens so far is masked by the model's decoder and
   attended by CTranslate2's; trained models do not predict `[PAD]`, which is
@@ -88,15 +88,15 @@ from transformer.constants import (
     START_ID,
     UNK_ID,
 )
-from transformer.ctranslate2_translator import (
+from transformer.data.loading import training_corpus
+from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
+from transformer.decoding.ctranslate2_translator import (
     EXPORT_INFO_FILE,
     VOCABULARY_MAP_FILE,
     ctranslate2_module,
     write_run_export,
 )
-from transformer.data.loading import training_corpus
-from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
-from transformer.decoding import load_run
+from transformer.decoding.pipeline import load_run
 from transformer.model import TiedOutputProjection
 from transformer.run.config_format import read_config
 from transformer.run.fingerprint import FINGERPRINT_KEY, data_fingerprint
@@ -427,7 +427,7 @@ def export_run(run_dir, output_dir=None, quantization="float32", force=False) ->
     Args:
         run_dir: the run directory.
         output_dir: where to write; by default the run's own export,
-            `transformer.ctranslate2_translator.run_export_dir(run_dir,
+            `transformer.decoding.ctranslate2_translator.run_export_dir(run_dir,
             quantization)`, which is replaced atomically (`write_run_export`)
             and which `translate.py --engine ctranslate2` reuses while the
             model file is unchanged.
