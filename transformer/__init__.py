@@ -128,6 +128,12 @@ if TYPE_CHECKING:  # the names of `_EXPORTS`, for readers and static tools
         START_ID,
         UNK_ID,
     )
+    from transformer.decoding.strategies import Beam, Greedy, Sample, Strategy  # noqa: F401
+    from transformer.decoding.translator import (  # noqa: F401
+        Translation,
+        Translator,
+        export_translator,
+    )
     from transformer.keras_interop import (  # noqa: F401
         copy_weights_from_keras,
         copy_weights_to_keras,
@@ -143,11 +149,9 @@ if TYPE_CHECKING:  # the names of `_EXPORTS`, for readers and static tools
     from transformer.model import Decoder, Encoder, Transformer  # noqa: F401
     from transformer.model_config import PRESETS, TransformerConfig  # noqa: F401
     from transformer.positional import PositionalEmbedding, positional_encoding  # noqa: F401
-    from transformer.strategies import Beam, Greedy, Sample  # noqa: F401
     from transformer.training import (  # noqa: F401
         CustomSchedule,
         MaskedLoss,
         masked_accuracy,
         masked_loss,
     )
-    from transformer.translate import Translation, Translator, export_translator  # noqa: F401
