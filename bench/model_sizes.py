@@ -145,6 +145,10 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
                          "planned_tokens": planned,
                          "effective_tokens": round(tokens) if tokens else None,
                          "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
+                         # An "auto" run's own plan, made before training (None for a preset).
+                         "rule_tokens_per_parameter": (
+                             config.size_rule["candidates"][config.preset]["tokens_per_parameter"]
+                             if config.size_rule and "candidates" in config.size_rule else None),
                          "corpus_tokens": corpus_tokens,
                          "machine": record.get("machine_after") or record.get("machine_before")})
     if not runs:
@@ -159,6 +163,10 @@ def fit(runs: list[dict]) -> dict:
     At each budget, every size is compared with the next smaller one by mean
     BLEU. Where the larger wins, the rule must choose it: the threshold is at
     most the larger's ratio there; where it loses, the threshold is above it.
+    A run the rule sized itself ("auto") also has the ratio the rule planned
+    for it before training (`rule_tokens_per_parameter`; a shared machine
+    trains fewer tokens than planned): a loss counts at the larger of the two,
+    a win at the smaller, so the rule would not make a losing choice again.
     The fitted threshold is the geometric mean of the highest losing and the
     lowest winning ratio; with no win measured, the first tenth above the
     highest losing ratio (a lower bound: longer runs would raise it).
@@ -173,8 +181,11 @@ def fit(runs: list[dict]) -> dict:
         for smaller, larger in zip(ordered, ordered[1:], strict=False):
             mean = {s: round(statistics.mean(r["bleu_lc"] for r in sizes[s]), 2)
                     for s in (smaller, larger)}
-            ratio = statistics.mean(r["tokens_per_parameter"] for r in sizes[larger])
             wins = mean[larger] > mean[smaller]
+            pick = min if wins else max
+            ratio = statistics.mean(pick(r["tokens_per_parameter"],
+                                         r.get("rule_tokens_per_parameter") or
+                                         r["tokens_per_parameter"]) for r in sizes[larger])
             (won if wins else lost).append(ratio)
             comparisons.append({"corpus": corpus, "minutes": minutes, "smaller": smaller,
                                 "larger": larger, "bleu": mean, "larger_wins": wins,

@@ -108,3 +108,16 @@ def test_with_no_win_the_fit_is_a_lower_bound(runs):
     threshold = model_sizes.fit(lost)["tokens_per_parameter"]
     assert threshold["at_most"] is None
     assert threshold["above"] < threshold["fitted"] <= threshold["above"] + 0.1 + 1e-9
+
+
+def test_a_rule_sized_run_that_lost_raises_the_threshold_above_its_plan(runs):
+    """An "auto" run trained fewer tokens than the rule planned (a shared core):
+    its loss bounds the threshold from below at the plan, the larger ratio."""
+    record = model_sizes.collect(types.SimpleNamespace(runs=runs, corpus=[Path("ui")]))
+    lost = [r for r in record["runs"] if not (r["size"] == "medium" and r["minutes"] == 15)]
+    medium = next(r for r in lost if r["size"] == "medium")
+    assert medium["rule_tokens_per_parameter"] is None  # a preset's run has no plan
+    planned = dict(medium, rule_tokens_per_parameter=medium["tokens_per_parameter"] * 3)
+    threshold = model_sizes.fit([r for r in lost if r is not medium] + [planned])
+    assert threshold["tokens_per_parameter"]["above"] == pytest.approx(
+        planned["rule_tokens_per_parameter"], abs=1e-3)
