@@ -131,6 +131,8 @@ def shared_by_the_workers(tmp_path_factory, name, make):
     if os.environ.get("PYTEST_XDIST_WORKER") is None or fcntl is None:
         return make(tmp_path_factory)
     root = tmp_path_factory.getbasetemp().parent
+    # The test run's id as well: a --basetemp given again is not emptied for it.
+    name = f"{name}-{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
     saved = root / f"{name}.pickle"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
