@@ -16,6 +16,14 @@ peak rate, a moving average, beam-4 evaluation), with a non-zero seed and a
 decoder shallower than its encoder: the settings real runs use, which the
 toy-settings `tiny_run` does not reach (tests/test_real_text_run.py).
 
+Both runs are trained once per test session, not once per pytest-xdist
+worker: the first worker that needs one trains it under a file lock in the
+session's temporary directory and leaves the `TrainResult` there (pickled);
+the other workers wait for the lock and read it (`shared_by_the_workers`). A
+worker that did not train it reads the run directory under the other's
+temporary directory, so the rule that no test modifies them holds across
+processes too.
+
 The slowest files run first. `--dist loadfile` hands whole files to the
 workers, by default those with the most tests first, which left the few-test
 files that start processes and train (the notebooks, the backends) to run
@@ -25,9 +33,16 @@ and the others follow in their usual order.
 
 from __future__ import annotations
 
+import os
+import pickle
 from pathlib import Path
 
 import pytest
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: each worker trains its own runs there
+    fcntl = None
 
 # A thousand toy pairs, a one-layer model and 150 steps: about 30 s on two CPU
 # cores. It is not a good translator (about 70% of the test tokens right), but
@@ -108,9 +123,35 @@ def write_toy_tsv(directory, seed=0, n_train=200, n_valid=16, n_test=16):
     return tuple(paths)
 
 
+def shared_by_the_workers(tmp_path_factory, name, make):
+    """`make(tmp_path_factory)`, computed once per test session and shared by the
+    pytest-xdist workers through a file lock and a pickle in the session's
+    temporary directory (the parent of each worker's own); without xdist (or
+    `fcntl`), simply `make(tmp_path_factory)`."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or fcntl is None:
+        return make(tmp_path_factory)
+    root = tmp_path_factory.getbasetemp().parent
+    # The test run's id as well: a --basetemp given again is not emptied for it.
+    name = f"{name}-{os.environ.get('PYTEST_XDIST_TESTRUNUID', '')}"
+    saved = root / f"{name}.pickle"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if saved.is_file():
+            return pickle.loads(saved.read_bytes())
+        result = make(tmp_path_factory)
+        partial = saved.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps(result))
+        partial.replace(saved)
+        return result
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A small trained run (a `transformer.run.TrainResult`); see the module docstring."""
+    return shared_by_the_workers(tmp_path_factory, "tiny_run", _train_tiny_run)
+
+
+def _train_tiny_run(tmp_path_factory):
     from transformer.model_config import TransformerConfig
     from transformer.run import RunConfig, train
 
@@ -159,6 +200,10 @@ REAL_TEXT_SEED = 3
 @pytest.fixture(scope="session")
 def real_text_run(tmp_path_factory):
     """A small run with the real-text recipe (a `TrainResult`); see the module docstring."""
+    return shared_by_the_workers(tmp_path_factory, "real_text_run", _train_real_text_run)
+
+
+def _train_real_text_run(tmp_path_factory):
     from transformer.run import RunConfig, train
     from transformer.run.recipes import default_model
 

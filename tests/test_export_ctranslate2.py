@@ -340,7 +340,7 @@ def pre_norm_export(tiny_run, tmp_path_factory):
                                    "tie_embeddings": True}),
         **{**TINY_TRAINING, "shared_vocab": True, "eval_beam_size": 1},
     )
-    run_dir = train(config, verbose=0).run_dir
+    run_dir = train(config, verbose=0, export=False).run_dir  # only the CTranslate2 export
     tokenizers, model = load_run(run_dir)
     assert model.config.normalize_first and model.config.tie_embeddings
     directory = export_ctranslate2(model, run_dir, tmp_path_factory.mktemp("y") / "ct2")
