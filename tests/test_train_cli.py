@@ -379,3 +379,15 @@ def test_starting_tensorflow_in_a_process_that_has_it_changes_no_environment(mon
     monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
     cli._start_tensorflow()
     assert "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ
+
+
+def test_a_non_empty_output_dir_is_refused_before_tensorflow_starts(tmp_path):
+    """The refusal a newcomer meets first (train.py run twice) comes at once,
+    one line, without starting TensorFlow; the directory is left as it was."""
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    code = ("import sys; from transformer.cli.train import main; status = main(sys.argv[1:]); "
+            "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(status)")
+    refused = run_train("--output-dir", str(tmp_path), code=code)
+    assert_one_line_error(refused, 1, "is not empty", "--resume")
+    assert "tensorflow imported: False" in refused.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -29,7 +29,7 @@ import logging
 import os
 import sys
 
-from transformer import run
+from transformer import run, rundir
 from transformer.cli.common import (
     OneLineErrorParser,
     duration,
@@ -287,11 +287,16 @@ def main(argv=None) -> int:
     # and tf.get_logger()'s, e.g. a refused checkpoint's unrestored values, after the error line
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
+    try:  # the options and a new run's directory, checked before TensorFlow starts
+        config = _config_from_args(args)
+        if not resume and config.strategy != "multi-worker":  # only the chief checks it
+            rundir.prepare_run_dir(config.run_dir, resume=False, chief=True)
+    except (ValueError, OSError) as err:
+        return report_error(PROG, err)
     _start_tensorflow()
     import tensorflow as tf
 
     try:
-        config = _config_from_args(args)
         result = run.train(config, resume=resume, export=export)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; continue with --resume.", file=sys.stderr)
