@@ -247,11 +247,13 @@ def plot(record: dict, path: Path, title: str) -> None:
                 by_minutes.setdefault(run["minutes"], []).append(run["bleu_lc"])
             minutes = sorted(by_minutes)
             params = own[0]["body_parameters"] / 1e6
+            presets = sorted({run.get("preset") for run in own} - {size, None})
+            chosen = f": the rule chose {', '.join(presets)}" if presets else ""
             ax.plot([r["minutes"] for r in own], [r["bleu_lc"] for r in own], "o", alpha=0.45,
                     color=f"C{index}", markersize=4, zorder=2)
             ax.plot(minutes, [statistics.mean(by_minutes[m]) for m in minutes], "-D",
                     color=f"C{index}", markersize=4, zorder=3,
-                    label=f"{size} ({params:.1f}M body parameters)")
+                    label=f"{size}{chosen} ({params:.1f}M body parameters)")
         ax.set_title(corpus, fontsize=10)
         ax.set_xlabel("training budget (minutes, one CPU core)")
         ax.set_ylabel("test BLEU (sacrebleu 13a, lower-cased, beam 4)")
