@@ -19,9 +19,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from transformer._lazy import lazy_exports
 from transformer.constants import DEFAULT_TOKENIZER, DEFAULT_VOCAB_SIZE, TOKENIZER_KINDS
 from transformer.data.corpus import Corpus, DataError, Pair
 from transformer.data.source import DATASETS, CorpusSource
@@ -76,17 +76,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 if TYPE_CHECKING:  # the names of `_LAZY`, for readers and static tools

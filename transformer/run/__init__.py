@@ -33,9 +33,9 @@ result.evaluation.exact_match, result.evaluation.bleu
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from transformer._lazy import lazy_exports
 from transformer.constants import DISTRIBUTION_STRATEGIES
 from transformer.run.config import DEFAULT_RUNS_DIR, RESUMABLE_FIELDS, RunConfig
 from transformer.run.config_format import CONFIG_FORMAT_VERSION, load_config
@@ -86,16 +86,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 if TYPE_CHECKING:  # the names of `_LAZY`, for readers and static tools
