@@ -19,13 +19,10 @@ server takes the name in a request's "search", as `transformer-serve
 from __future__ import annotations
 
 import ast
-import contextlib
 import http.client
 import importlib
 import json
 import sys
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -154,29 +151,6 @@ def test_translate_py_says_in_one_line_that_ctranslate2_cannot_run_it(users, cap
         users.NoRepeats().ctranslate2_options()
 
 
-@contextlib.contextmanager
-def _served(engine, run_dir):
-    """The server of `engine` (`transformer.serving`) on a free port, in a thread."""
-    from transformer.serving.app import ServerSettings, create_app
-    from transformer.serving.server import listen, make_server
-
-    app = create_app(engine, run_dir, "tensorflow", ServerSettings(max_wait=0.01))
-    sock = listen("127.0.0.1", 0)
-    server = make_server(app)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
-
-
 def _post(port, payload):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     try:
@@ -190,8 +164,11 @@ def _post(port, payload):
 
 def test_the_server_decodes_it_by_the_name_in_a_request(users, translator, run_dir, sources):
     pytest.importorskip("starlette", reason="the optional extra 'serve' is not installed")
+    from test_serve import serving  # the suite's server in a thread
+
     from transformer.cli import serve as serve_cli
     from transformer.cli.common import import_strategy_modules
+    from transformer.serving.app import ServerSettings
 
     parser = serve_cli.build_parser()  # transformer-serve RUN --strategy-module MODULE
     args = parser.parse_args([str(run_dir), "--strategy-module", MODULE])
@@ -202,7 +179,7 @@ def test_the_server_decodes_it_by_the_name_in_a_request(users, translator, run_d
         return translator(list(sentences), max_length=max_length, return_attention=False,
                           search=search)
 
-    with _served(engine, run_dir) as port:
+    with serving(engine, run_dir, ServerSettings(max_wait=0.01)) as (_, port, _app):
         for name, search in (("users_no_repeats", users.NoRepeats()),
                              ("users_length_normalised", users.LengthNormalised())):
             status, answer = _post(port, {"sentences": sources, "search": name})
