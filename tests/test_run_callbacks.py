@@ -189,3 +189,34 @@ def test_target_tokens_per_step_counts_the_labels_of_the_first_split():
                                                        [2, 3], [2, 3]]),
                             max_tokens=8, variants=2)
     assert target_tokens_per_step(tokens, steps_per_pass=4) == 2.0
+
+
+def test_training_clock_stops_when_the_validation_uses_the_rest_of_the_budget(monkeypatch, caplog):
+    # A budget crossed by an epoch's validation, after its last step, stops
+    # training and says so; a run split into several fits (subword sampling's
+    # first epoch alone) would otherwise end without a word.
+    import logging
+
+    from transformer.run import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+
+    class FakeModel:
+        optimizer = type("FakeOptimizer", (), {"iterations": tf.Variable(5, dtype=tf.int64)})()
+        stop_training = False
+
+    clock = callbacks.TrainingClock(tf.Variable(0.0, dtype=tf.float64), budget=6.0)
+    clock.set_model(FakeModel())
+    clock.on_train_begin()
+    now[0] = 5.0
+    clock.on_train_batch_end(4)
+    assert not clock.model.stop_training
+    now[0] = 6.5  # the validation ran past the budget
+    with caplog.at_level(logging.INFO, logger=callbacks.logger.name):
+        clock.on_epoch_end(0)
+        clock.on_epoch_end(0)  # said once
+    assert clock.model.stop_training and clock.exhausted
+    said = [r.getMessage() for r in caplog.records if "Time budget" in r.getMessage()]
+    assert said == ["Time budget of 6 s reached at step 5: training stops here, its epoch's "
+                    "validation used the rest of it."]

@@ -191,15 +191,19 @@ class TrainingClock(keras.callbacks.Callback):
         self._update()
 
     def on_train_batch_end(self, batch, logs=None):
-        elapsed = self._update()
-        if self.budget is not None and elapsed >= self.budget and not self.model.stop_training:
-            self.model.stop_training = True
-            logger.info("Time budget of %s reached at step %d: training stops after this "
-                        "epoch's validation.", format_seconds(self.budget),
-                        optimizer_step(self.model.optimizer))
+        self._stop_at_budget(self._update(), "training stops after this epoch's validation")
 
     def on_epoch_end(self, epoch, logs=None):
-        self._update()
+        # The budget may run out during the validation, after the epoch's last step.
+        self._stop_at_budget(self._update(), "training stops here, its epoch's validation "
+                             "used the rest of it")
+
+    def _stop_at_budget(self, elapsed: float, what: str) -> None:
+        """Stops training, saying so once, when `elapsed` reaches the budget."""
+        if self.budget is not None and elapsed >= self.budget and not self.model.stop_training:
+            self.model.stop_training = True
+            logger.info("Time budget of %s reached at step %d: %s.", format_seconds(self.budget),
+                        optimizer_step(self.model.optimizer), what)
 
 
 class EpochSummary(keras.callbacks.Callback):
