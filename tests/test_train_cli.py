@@ -177,8 +177,6 @@ def test_flag_and_data_errors_are_one_line(tmp_path):
     assert "argument --batch-size: expected a positive integer" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
-    assert_one_line_error(run_train("--data", str(tmp_path / "missing.tsv"), *out), 1,
-                          "missing.tsv")
     assert_one_line_error(run_train("--data", str(bad_tsv), *out), 1, "bad.tsv:2")
     assert not (tmp_path / "out").exists()
 
@@ -381,13 +379,29 @@ def test_starting_tensorflow_in_a_process_that_has_it_changes_no_environment(mon
     assert "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ
 
 
+MAIN_THEN_SAY_IF_TENSORFLOW = (
+    "import sys; from transformer.cli.train import main; status = main(sys.argv[1:]); "
+    "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(status)")
+
+
 def test_a_non_empty_output_dir_is_refused_before_tensorflow_starts(tmp_path):
     """The refusal a newcomer meets first (train.py run twice) comes at once,
     one line, without starting TensorFlow; the directory is left as it was."""
     (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
-    code = ("import sys; from transformer.cli.train import main; status = main(sys.argv[1:]); "
-            "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(status)")
-    refused = run_train("--output-dir", str(tmp_path), code=code)
+    refused = run_train("--output-dir", str(tmp_path), code=MAIN_THEN_SAY_IF_TENSORFLOW)
     assert_one_line_error(refused, 1, "is not empty", "--resume")
     assert "tensorflow imported: False" in refused.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("flag", ["--data", "--valid", "--test"])
+def test_a_missing_corpus_file_is_named_before_tensorflow_starts(tmp_path, flag):
+    missing, present = tmp_path / "missing.tsv", tmp_path / "train.tsv"
+    present.write_text("o gato\tthe cat\n", encoding="utf-8")
+    given = {"--data": present, flag: missing}
+    args = [str(part) for item in given.items() for part in item]
+    refused = run_train(*args, "--output-dir", str(tmp_path / "out"),
+                        code=MAIN_THEN_SAY_IF_TENSORFLOW)
+    assert_one_line_error(refused, 1, f"{flag} {missing}: no such file")
+    assert "tensorflow imported: False" in refused.stdout
+    assert not (tmp_path / "out").exists()

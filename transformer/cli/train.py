@@ -254,6 +254,15 @@ def _config_from_args(args) -> RunConfig:
     return resume_config(config.run_dir, choices) or config  # None: nothing saved yet
 
 
+def _check_corpus_files(config: RunConfig) -> None:
+    """Raises a one-line `ValueError` for a corpus file that is not there: a
+    mistyped path answers at once instead of after TensorFlow's start."""
+    for flag, path in (("--data", config.data), ("--valid", config.valid),
+                       ("--test", config.test)):
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{flag} {path}: no such file.")
+
+
 def _print_result(result):
     evaluation = result.evaluation
     if evaluation is not None:
@@ -287,9 +296,10 @@ def main(argv=None) -> int:
     # and tf.get_logger()'s, e.g. a refused checkpoint's unrestored values, after the error line
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
-    try:  # the options and a new run's directory, checked before TensorFlow starts
+    try:  # the options, a new run's files and directory, checked before TensorFlow starts
         config = _config_from_args(args)
-        if not resume and config.strategy != "multi-worker":  # only the chief checks it
+        if not resume and config.strategy != "multi-worker":  # only the chief checks them
+            _check_corpus_files(config)
             rundir.prepare_run_dir(config.run_dir, resume=False, chief=True)
     except (ValueError, OSError) as err:
         return report_error(PROG, err)
