@@ -268,8 +268,42 @@ def plot(record: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def fit_step_seconds(model, args) -> float:
+    """The mean step time of `model.fit` over `args.steps` steps (after two that
+    trace it) of random batches of `args.pairs` pairs, on `args.replicas`
+    mirrored logical CPU devices (1: no strategy), with `args.intra_threads`
+    threads an op (0: TensorFlow's choice). The same timing for one replica and
+    for several, so that their ratio is the strategy's alone."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from transformer.model import build_model
+    from transformer.run.distribute import configure_cpu_devices
+    from transformer.training import MaskedLoss
+
+    if args.intra_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_threads)
+    configure_cpu_devices(args.replicas)
+    strategy = (tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
+                if args.replicas > 1 else tf.distribute.get_strategy())
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, args.vocab, (args.pairs, args.length))
+    target = rng.integers(4, args.vocab, (args.pairs, args.length + 1))
+    batches = tf.data.Dataset.from_tensors(((source, target[:, :-1]), target[:, 1:])).repeat()
+    with strategy.scope():
+        built = build_model(model, args.vocab, args.vocab)
+        built.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())
+    built.fit(batches, steps_per_epoch=2, epochs=1, verbose=0)
+    started = time.perf_counter()
+    built.fit(batches, steps_per_epoch=args.steps, epochs=1, verbose=0)
+    return (time.perf_counter() - started) / args.steps
+
+
 def step_worker(args) -> int:
-    """One size's mean step time in this process (its cores as taskset gave them)."""
+    """One size's mean step time in this process (its cores as taskset gave them):
+    `train_on_batch` as the size rule times it, or with `--replicas` `model.fit`
+    (`fit_step_seconds`)."""
     import keras
 
     from transformer.model_config import PRESETS
@@ -278,7 +312,10 @@ def step_worker(args) -> int:
 
     keras.mixed_precision.set_global_policy(args.precision)
     model = default_model(args.sizes[0], data="corpus.tsv", tie_embeddings=True)
-    seconds = step_seconds(model, args.vocab, args.pairs, args.length, steps=args.steps)
+    if args.replicas:
+        seconds = fit_step_seconds(model, args)
+    else:
+        seconds = step_seconds(model, args.vocab, args.pairs, args.length, steps=args.steps)
     print(json.dumps({"size": args.sizes[0], "precision": args.precision, "seconds": seconds,
                       "target_tokens_per_second": args.pairs * args.length / seconds,
                       "d_model": PRESETS[args.sizes[0]].d_model}))
@@ -320,17 +357,20 @@ def cores_speed(args) -> dict:
 
     from common import pinned, worker_json
 
-    def rate(size, precision, cores):
+    def rate(size, precision, cores, *extra):
         command = pinned([sys.executable, __file__, "--step-worker", "--sizes", size,
                           "--precision", precision, "--vocab", str(args.vocab),
                           "--pairs", str(args.pairs), "--length", str(args.length),
-                          "--steps", str(args.steps), "--corpus", "."], cores)
-        result = worker_json(command, None, f"{size} {precision} on cores {cores}")
+                          "--steps", str(args.steps), "--corpus", ".", *extra], cores)
+        result = worker_json(command, None, f"{size} {precision} on cores {cores} {extra}")
         return round(result["target_tokens_per_second"], 1)
 
     rows = []
     for size in args.sizes:
         for precision in args.precisions:
+            if args.mirrored:
+                rows.append(mirrored_row(rate, size, precision, args))
+                continue
             row = {"size": size, "precision": precision,
                    "one_core": rate(size, precision, args.core),
                    "both_cores": rate(size, precision, args.both_cores)}
@@ -350,6 +390,25 @@ def cores_speed(args) -> dict:
     return {"machine": machine(), "batch": {"pairs": args.pairs, "length": args.length,
                                             "vocab": args.vocab, "steps": args.steps},
             "cores": {"one": str(args.core), "both": args.both_cores}, "rows": rows}
+
+
+def mirrored_row(rate, size, precision, args) -> dict:
+    """One size and precision timed by `model.fit` on one core and on both cores:
+    one replica, and a replica a core (mirrored logical CPU devices) with
+    TensorFlow's threads an op and with one."""
+    both = len(args.both_cores.split(","))
+    row = {"size": size, "precision": precision, "timing": "model.fit",
+           "one_core": rate(size, precision, args.core, "--replicas", "1"),
+           "both_cores": rate(size, precision, args.both_cores, "--replicas", "1"),
+           "mirrored": rate(size, precision, args.both_cores, "--replicas", str(both)),
+           "mirrored_one_thread_an_op": rate(size, precision, args.both_cores,
+                                             "--replicas", str(both), "--intra-threads", "1")}
+    for key in ("both_cores", "mirrored", "mirrored_one_thread_an_op"):
+        row[f"{key}_over_one"] = round(row[key] / row["one_core"], 3)
+    print(f"{size} {precision}: one core {row['one_core']:,.0f} target tokens a second; "
+          f"both cores {row['both_cores_over_one']:.2f}x, mirrored {row['mirrored_over_one']:.2f}x, "
+          f"mirrored one thread an op {row['mirrored_one_thread_an_op_over_one']:.2f}x", flush=True)
+    return row
 
 
 def parse_args(argv=None):
@@ -372,6 +431,11 @@ def parse_args(argv=None):
                         help="the precisions of --cores-speed")
     parser.add_argument("--independent", action="store_true",
                         help="--cores-speed: also one worker on each of --both-cores at once")
+    parser.add_argument("--mirrored", action="store_true",
+                        help="--cores-speed: time model.fit on one core, on --both-cores, and "
+                             "mirrored over a logical CPU device a core")
+    parser.add_argument("--replicas", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--intra-threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--length", type=int, default=13,
                         help="tokens a sentence (ui-es-en's mean padded pair is about 12)")

@@ -121,3 +121,20 @@ def test_a_rule_sized_run_that_lost_raises_the_threshold_above_its_plan(runs):
     threshold = model_sizes.fit([r for r in lost if r is not medium] + [planned])
     assert threshold["tokens_per_parameter"]["above"] == pytest.approx(
         planned["rule_tokens_per_parameter"], abs=1e-3)
+
+
+def test_the_mirrored_row_times_every_layout_and_relates_it_to_one_core():
+    args = model_sizes.parse_args(["--cores-speed", "--mirrored", "--core", "1",
+                                   "--both-cores", "0,1"])
+    asked = []
+
+    def rate(size, precision, cores, *extra):
+        asked.append((cores, extra))
+        return {"1": 100.0, "0,1": 150.0}[str(cores)] * (1.2 if "2" in extra else 1.0)
+
+    row = model_sizes.mirrored_row(rate, "medium", "float32", args)
+    assert asked == [(1, ("--replicas", "1")), ("0,1", ("--replicas", "1")),
+                     ("0,1", ("--replicas", "2")),
+                     ("0,1", ("--replicas", "2", "--intra-threads", "1"))]
+    assert row["one_core"] == 100.0 and row["both_cores_over_one"] == 1.5
+    assert row["mirrored_over_one"] == row["mirrored_one_thread_an_op_over_one"] == 1.8
