@@ -7,6 +7,11 @@ before TensorFlow initialises)::
         [--lengths equal|unequal] [--optimizer sgd|averaging-adam] [--steps N]
         [--batch N]
 
+or, to pay TensorFlow's start once for several runs under one strategy,
+runs separated by `--`, each with its own output and options::
+
+    python tests/replica_steps.py STRATEGY [--cpu-devices N] -- A.npz [...] -- B.npz [...]
+
 It builds the strategy with `transformer.run.distribute.make_strategy`, compiles
 the library's model with `MaskedLoss` as `transformer.run.train` does
 (dropout 0, seed 0) but with plain SGD, fits `STEPS` steps of fixed, unshuffled batches of
@@ -57,21 +62,43 @@ TARGET_LENGTHS = {
 }
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("strategy")
+def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of one run (its output first)."""
     parser.add_argument("out")
-    parser.add_argument("--cpu-devices", type=int, default=None)
     parser.add_argument("--lengths", choices=sorted(TARGET_LENGTHS), default="equal")
     parser.add_argument("--optimizer", choices=("sgd", "averaging-adam"), default="sgd")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--batch", type=int, default=GLOBAL_BATCH)
-    args = parser.parse_args(argv)
+    return parser
 
-    from transformer.run.distribute import is_chief, make_strategy
+
+def main(argv=None):
+    groups = [[]]
+    for arg in sys.argv[1:] if argv is None else argv:
+        if arg == "--":
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    first, *more = groups
+    strategy_parser = argparse.ArgumentParser()
+    strategy_parser.add_argument("strategy")
+    strategy_parser.add_argument("--cpu-devices", type=int, default=None)
+    if more:
+        args = strategy_parser.parse_args(first)
+        runs = [_run_parser(argparse.ArgumentParser()).parse_args(part) for part in more]
+    else:
+        args, rest = strategy_parser.parse_known_args(first)
+        runs = [_run_parser(argparse.ArgumentParser()).parse_args(rest)]
+
+    from transformer.run.distribute import make_strategy
 
     strategy = make_strategy(args.strategy, args.cpu_devices)  # before any other TF op
+    for run in runs:
+        train_and_save(strategy, run)
 
+
+def train_and_save(strategy, args):
+    """One run of `args` (`_run_parser`'s) under `strategy`, saved to `args.out`."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -81,8 +108,10 @@ def main(argv=None):
     from transformer.kernels.optimizers import use_moving_average
     from transformer.model import build_model
     from transformer.model_config import TransformerConfig
+    from transformer.run.distribute import is_chief
     from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 
+    keras.backend.clear_session()  # each run names its layers afresh
     keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)
     lengths = TARGET_LENGTHS[args.lengths]

@@ -1,7 +1,8 @@
 """Distributed training computes what one device computes with the same global batch.
 
-Each run is a fresh process of `tests/replica_steps.py` (logical CPUs and
-`TF_CONFIG` must be set before TensorFlow initialises): a tiny model, dropout
+The runs are processes of `tests/replica_steps.py` (logical CPUs and
+`TF_CONFIG` must be set before TensorFlow initialises), one a strategy, each
+training every configuration of `RUNS` in turn: a tiny model, dropout
 0, seed 0, SGD (whose updates, unlike Adam's, scale with the gradient, so a
 loss not divided by the replica count shows in the weights) and three fixed
 global batches of four pairs. Sums over replicas run in another order than on
@@ -26,13 +27,13 @@ ATOL = 1e-5
 UNEVEN = ("--lengths", "unequal", "--batch", "3")
 
 
-def replica_steps_command(strategy, out, *options):
-    return [sys.executable, SCRIPT, strategy, str(out), *options]
+def replica_steps_command(strategy, *arguments):
+    return [sys.executable, SCRIPT, strategy, *map(str, arguments)]
 
 
-def start(strategy, out, *options):
+def start(strategy, *arguments):
     return subprocess.Popen(
-        replica_steps_command(strategy, out, *options),
+        replica_steps_command(strategy, *arguments),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -71,31 +72,36 @@ def assert_same_training(reference_path, distributed_path):
         np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"weight {index}")
 
 
+# Adam's steps in the run with the optimizer of `train` (the last test).
+ADAM_STEPS = 6
+# The configurations every strategy trains: the options of replica_steps.py.
+RUNS = {
+    "equal": (),
+    "uneven": UNEVEN,
+    "adam": ("--optimizer", "averaging-adam", "--steps", str(ADAM_STEPS)),
+}
+
+
 @pytest.fixture(scope="module")
-def one_device(tmp_path_factory):
-    """The reference: the same global batches on one device, equal tokens per half."""
-    out = tmp_path_factory.mktemp("one_device") / "weights.npz"
-    stdout = finish(start("default", out))
-    assert "replicas 1;" in stdout
-    return out
+def trained(tmp_path_factory):
+    """`{(strategy, run): OUT.npz}`: every run of `RUNS` on one device (the
+    reference) and mirrored on two logical CPUs, a process each, both at once."""
+    root = tmp_path_factory.mktemp("replica_steps")
+    outputs, processes = {}, {}
+    for strategy, options in (("default", ()), ("mirrored", ("--cpu-devices", "2"))):
+        runs = []
+        for name, run_options in RUNS.items():
+            outputs[strategy, name] = root / f"{strategy}_{name}.npz"
+            runs += ["--", str(outputs[strategy, name]), *run_options]
+        processes[strategy] = start(strategy, *options, *runs)
+    for strategy, replicas in (("default", 1), ("mirrored", 2)):
+        assert finish(processes[strategy]).count(f"replicas {replicas};") == len(RUNS)
+    return outputs
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_cpus_trains_as_one_device(one_device, tmp_path):
-    out = tmp_path / "mirrored.npz"
-    stdout = finish(start("mirrored", out, "--cpu-devices", "2"))
-    assert "replicas 2;" in stdout
-    assert_same_training(one_device, out)
-
-
-@pytest.fixture(scope="module")
-def one_device_uneven(tmp_path_factory):
-    """The reference of uneven splits: batches of three pairs of very different
-    lengths on one device (two replicas hold two pairs and one, as they do with
-    token-budget batches of an odd number of pairs)."""
-    out = tmp_path_factory.mktemp("one_device_uneven") / "weights.npz"
-    finish(start("default", out, *UNEVEN))
-    return out
+def test_mirrored_on_two_cpus_trains_as_one_device(trained):
+    assert_same_training(trained["default", "equal"], trained["mirrored", "equal"])
 
 
 def assert_same_weights(reference_path, distributed_path):
@@ -110,29 +116,27 @@ def assert_same_weights(reference_path, distributed_path):
 
 
 @pytest.mark.slow
-def test_two_workers_train_as_one_device_on_uneven_splits(one_device_uneven, tmp_path):
+def test_two_workers_train_as_one_device_on_uneven_splits(trained, tmp_path):
+    # Two workers hold batches of three pairs as two pairs and one, as they do
+    # with token-budget batches of an odd number of pairs.
     out = tmp_path / "workers.npz"
     results = run_workers(replica_steps_command("multi-worker", out, *UNEVEN), count=2,
                           timeout=TIMEOUT)
     for code, stdout, stderr in results:
         assert code == 0, stderr[-3000:]
         assert "replicas 2;" in stdout
-    assert_same_weights(one_device_uneven, out)
+    assert_same_weights(trained["default", "uneven"], out)
 
 
 @pytest.mark.slow
-def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_tokens_and_pairs(
-        one_device_uneven, tmp_path):
+def test_mirrored_trains_as_one_device_when_replicas_hold_unequal_tokens_and_pairs(trained):
     # The loss divides by the global batch's real tokens (all-reduced), not by
     # each replica's own: a mean of per-replica means would fail here.
-    out = tmp_path / "two.npz"
-    finish(start("mirrored", out, "--cpu-devices", "2", *UNEVEN))
-    assert_same_weights(one_device_uneven, out)
+    assert_same_weights(trained["default", "uneven"], trained["mirrored", "uneven"])
 
 
 # ------------------------------------------- the optimizer of a run, with its average
 
-ADAM_STEPS = 6
 # Adam divides each update by sqrt(v) + 1e-9, so weights agree to float32
 # rounding amplified by that division (observed: up to about 2e-6 after 6
 # steps); the fused update used under a strategy moves them by 1e-3 or more.
@@ -166,17 +170,12 @@ def _compared(saved):
 
 
 @pytest.mark.slow
-def test_mirrored_trains_and_averages_as_one_device_with_the_runs_optimizer(tmp_path):
+def test_mirrored_trains_and_averages_as_one_device_with_the_runs_optimizer(trained):
     """`make_optimizer`'s `AveragingAdam` with `CustomSchedule` and a moving
     average: Keras' element-wise updates under the strategy (the fused kernels
     would update each replica's copy with its own gradient) give the one-device
     run's fused updates, and both averages follow the formula."""
-    options = ("--optimizer", "averaging-adam", "--steps", str(ADAM_STEPS))
-    reference = start("default", tmp_path / "one.npz", *options)
-    mirrored = start("mirrored", tmp_path / "two.npz", "--cpu-devices", "2", *options)
-    assert "replicas 1;" in finish(reference)
-    assert "replicas 2;" in finish(mirrored)
-    one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    one, two = np.load(trained["default", "adam"]), np.load(trained["mirrored", "adam"])
     for saved in (one, two):
         assert len(saved["losses"]) == ADAM_STEPS
         average = [saved[n] for n in sorted(saved.files) if n.startswith("a")]
