@@ -284,7 +284,7 @@ def test_multi_worker_runs_count_the_chiefs_seconds_only(monkeypatch):
 def test_a_falsy_change_on_resume_is_kept(tmp_path):
     """`--resume --patience 0 --no-restore-best-weights` turns both off, by
     the API and the command line alike; options not given keep their saved values."""
-    from transformer.run.config_format import for_resume, resumed_with, write_config
+    from transformer.run.config import for_resume, resumed_with, write_config
 
     saved = _resolved(RunConfig(data="pairs.tsv", output_dir=str(tmp_path), patience=3,
                                 restore_best_weights=True, time_budget=600.0))

@@ -98,7 +98,7 @@ from transformer.decoding.ctranslate2_translator import (
 )
 from transformer.decoding.pipeline import load_run
 from transformer.model import TiedOutputProjection
-from transformer.run.config_format import read_config
+from transformer.run.config import read_config
 from transformer.run.fingerprint import FINGERPRINT_KEY, data_fingerprint
 from transformer.run.sampling import drawn_pairs
 from transformer.run.token_files import training_tokens

@@ -5,10 +5,10 @@ loss, accuracy) is `transformer.training`, the run directory is
 `transformer.rundir`.
 
 - `config`: `RunConfig`, the run's settings and their defaults (`config_checks`
-  checks them).
+  checks them), and its file `config.json`: its versions and what a resumed
+  run may change.
 - `recipes`: the dataset-dependent defaults, and `resolve`, which makes the run's
   one complete config from the settings and the corpus.
-- `config_format`: `config.json`, its versions and what a resumed run may change.
 - `precision`: the Keras dtype policies and the default for this CPU.
 - `distribute`: the `tf.distribute` strategies (one device, mirrored, multi-worker).
 - `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, time budget,
@@ -37,8 +37,13 @@ from typing import TYPE_CHECKING
 
 from transformer._lazy import lazy_exports
 from transformer.constants import DISTRIBUTION_STRATEGIES
-from transformer.run.config import DEFAULT_RUNS_DIR, RESUMABLE_FIELDS, RunConfig
-from transformer.run.config_format import CONFIG_FORMAT_VERSION, load_config
+from transformer.run.config import (
+    CONFIG_FORMAT_VERSION,
+    DEFAULT_RUNS_DIR,
+    RESUMABLE_FIELDS,
+    RunConfig,
+    load_config,
+)
 from transformer.run.precision import (
     PRECISIONS,
     cpu_flags,

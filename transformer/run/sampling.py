@@ -26,8 +26,7 @@ from pathlib import Path
 from transformer import rundir
 from transformer.data.batching import TokenizedPairs, batches_per_pass, sample_pairs
 from transformer.run import recipes
-from transformer.run.config import RunConfig
-from transformer.run.config_format import legacy_sampling_plan
+from transformer.run.config import RunConfig, legacy_sampling_plan
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ def record_sampling_plan(directory, plan: dict) -> None:
 
 def record_legacy_sampling(run_dir, record: dict) -> None:
     """Records the sampling plan of a run whose `config.json` `record` predates
-    the record (`config_format.legacy_sampling_plan`), unless one is recorded."""
+    the record (`transformer.run.config.legacy_sampling_plan`), unless one is recorded."""
     plan = legacy_sampling_plan(record)
     if plan is not None and not (Path(run_dir) / rundir.SAMPLING_FILE).exists():
         record_sampling_plan(run_dir, plan)

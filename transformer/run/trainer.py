@@ -3,7 +3,7 @@
 prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers)
 -> resolve (the run's one config, `config.json`) -> model (build, compile,
 restore) -> fit -> evaluate (`metrics.json`) -> export. The run directory is
-`transformer.rundir`, the config's format `transformer.run.config_format`.
+`transformer.rundir`, the config's format `transformer.run.config`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,13 @@ from transformer.run.callbacks import (
     target_tokens_per_step,
 )
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
-from transformer.run.config import RunConfig
-from transformer.run.config_format import check_resumable, read_config, resumed_with, write_config
+from transformer.run.config import (
+    RunConfig,
+    check_resumable,
+    read_config,
+    resumed_with,
+    write_config,
+)
 from transformer.run.distribute import (
     check_same_data,
     chief_clock,
@@ -146,7 +151,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
-            changes allowed by `transformer.run.config_format.for_resume` (other
+            changes allowed by `transformer.run.config.for_resume` (other
             changes raise); the fields it leaves None keep their saved values.
         resume: continue the run in `config.run_dir`. Without it, a non-empty
             `run_dir` is refused.
