@@ -283,12 +283,9 @@ def test_resume_after_the_corpus_changed_is_refused_naming_the_file(
 
 def test_fingerprints_of_tfds_and_toy_data_name_what_changed(tmp_path):
     from transformer.data.corpus import Corpus
+    from transformer.data.loading import data_fingerprint, pairs_sha256
     from transformer.run import RunConfig
-    from transformer.run.fingerprint import (
-        check_data_unchanged,
-        data_fingerprint,
-        pairs_sha256,
-    )
+    from transformer.rundir import check_data_unchanged
 
     corpus = Corpus(train=[("a", "b"), ("c", "d")], valid=[("e", "f")], test=[("g", "h")],
                     version="1.0.0")
@@ -321,7 +318,7 @@ def test_a_config_without_fingerprint_resumes_with_a_warning_and_gets_one(
     assert set(fingerprint) == {"data", "valid", "test"}
     assert fingerprint["data"]["pairs"] == 120 and len(fingerprint["data"]["sha256"]) == 64
     (run_dir / "config.json").write_text(json.dumps({**saved, "format_version": 5}))
-    with caplog.at_level(logging.WARNING, logger="transformer.run.fingerprint"):
+    with caplog.at_level(logging.WARNING, logger="transformer.rundir"):
         resumed = run.train(resumed_config(resume_tsv, run_dir), resume=True,
                             verbose=0, export=False)
     assert "records no fingerprint" in caplog.text

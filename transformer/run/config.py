@@ -9,7 +9,7 @@ which `config.json` holds and nothing changes afterwards.
 
 `config.json` holds a run's resolved `RunConfig` (`RunConfig.to_dict()`) and,
 beside the settings, facts about the run: the vocabulary sizes, the data's
-fingerprint (`transformer.run.fingerprint`) and the version of its format.
+fingerprint (`transformer.data.loading.data_fingerprint`) and the version of its format.
 This module is the only one that knows the versions: `read_config` turns a
 `config.json` of any version the current code resumes into a `RunConfig`, and
 refuses one written by a newer version in one line naming that version.
@@ -63,7 +63,6 @@ from transformer.data.splits import MAX_HELD_OUT
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.adapt import PARENT_KEY
 from transformer.run.config_checks import check_config
-from transformer.run.fingerprint import FINGERPRINT_KEY
 from transformer.run.precision import PRECISIONS, explain_default_precision
 from transformer.run.recipes import (
     MAX_EPOCHS,
@@ -74,6 +73,7 @@ from transformer.run.recipes import (
     recipe_defaults,
 )
 from transformer.run.sizing import AUTO_PRESET
+from transformer.rundir import FINGERPRINT_KEY
 from transformer.settings import setting
 
 DEFAULT_RUNS_DIR = "runs"

@@ -31,7 +31,7 @@ from transformer.data.batching import (
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
-from transformer.data.loading import read_training_corpus
+from transformer.data.loading import data_fingerprint, read_training_corpus
 from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.decoding.translator import export_translator
@@ -71,10 +71,10 @@ from transformer.run.distribute import (
     worker_name,
 )
 from transformer.run.evaluation import Evaluation, evaluate
-from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
 from transformer.run.fitting import Fitter, fit_calls, sharding_options
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
 from transformer.run.token_files import tokenizers_digest, training_tokens
+from transformer.rundir import FINGERPRINT_KEY, check_data_unchanged
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 
@@ -237,7 +237,7 @@ class _Session:
         chief: whether this process writes the run directory.
         resuming: whether a saved run is continued.
         saved_fingerprint: the fingerprint of the data the saved run was
-            trained on (`transformer.run.fingerprint`); None for a new run, or
+            trained on (`transformer.data.loading.data_fingerprint`); None for a new run, or
             one saved before fingerprints were kept.
         run_dir: the run directory.
         write_dir: where this process writes: `run_dir` on the chief, a
