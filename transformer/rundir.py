@@ -49,7 +49,7 @@ LOGS_DIR = "logs"
 EXPORT_DIR = "export"
 PROGRESS_FILE = "progress.json"
 SAMPLING_FILE = "sampling.json"
-# The training pairs tokenized once, memory-mapped (`transformer.run.token_files`),
+# The training pairs tokenized once, memory-mapped (`transformer.run.fitting.training_tokens`),
 # and the record of the corpus's scan (`transformer.data.streamed`).
 TOKENS_DIR = "tokens"
 # The suffix of files being written (`replace_atomically`).

@@ -99,8 +99,7 @@ from transformer.decoding.ctranslate2_translator import (
 from transformer.decoding.pipeline import load_run
 from transformer.model import TiedOutputProjection
 from transformer.run.config import read_config
-from transformer.run.sampling import drawn_pairs
-from transformer.run.token_files import training_tokens
+from transformer.run.fitting import drawn_pairs, training_tokens
 from transformer.rundir import FINGERPRINT_KEY
 
 logger = logging.getLogger(__name__)

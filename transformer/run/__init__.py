@@ -12,12 +12,12 @@ loss, accuracy) is `transformer.training`, the run directory is
 - `precision`: the Keras dtype policies and the default for this CPU.
 - `distribute`: the `tf.distribute` strategies (one device, mirrored, multi-worker).
 - `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, time budget,
-  checkpoints, summaries).
+  checkpoints, summaries, the best weights by validation loss and early stopping).
 - `checkpoints`: what a checkpoint holds, resuming from it, averaging the last ones.
-- `best`: the best weights by validation loss, kept as they come; early stopping.
 - `adapt`: a run started from another's weights and vocabulary (`--init-from`).
 - `allocator`: the memory allocators that keep a step's freed memory.
-- `fitting`: the `model.fit` calls over a run's epochs and their batch streams.
+- `fitting`: the `model.fit` calls over a run's epochs and their batch streams: the
+  training pairs tokenized once into `tokens/`, and the subword sampling plan.
 - `evaluation`: exact match, BLEU and token accuracy on sentence pairs.
 - `train`: `train`, which runs all of it and writes the run directory.
 

@@ -29,7 +29,7 @@ The versions, and what an older file means for the fields it lacks:
 9. `subword_sampling` (older: none). A version-9 run that sampled read drawn
    segmentations from pass 9 on (`legacy_sampling_plan`).
 10. the sampling plan is decided after the first pass and recorded beside
-    `config.json` (`transformer.run.sampling`).
+    `config.json` (`transformer.run.fitting`).
 11. `decay` (older: the paper's inverse square root).
 12. `max_held_out`, `vocab_sample`; held-out pairs are split off `--data` by
     a hash of their source (`transformer.data.splits`). An older run that

@@ -36,21 +36,23 @@ from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.decoding.translator import export_translator
 from transformer.model import build_model
-from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
 from transformer.run.allocator import use_fast_allocators
-from transformer.run.best import KeepBest, ValidateMovingAverage, read_best, restore_best
 from transformer.run.calibration import measure_step
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
+    KeepBest,
     LearningRateLogger,
     ProgressLog,
     StopOnNaN,
     TrainingClock,
     TrainingError,
+    ValidateMovingAverage,
     format_seconds,
     optimizer_step,
+    read_best,
+    restore_best,
     target_tokens_per_step,
 )
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
@@ -71,9 +73,20 @@ from transformer.run.distribute import (
     worker_name,
 )
 from transformer.run.evaluation import Evaluation, evaluate
-from transformer.run.fitting import Fitter, fit_calls, sharding_options
+from transformer.run.fitting import (
+    Fitter,
+    drawn_pairs,
+    fit_calls,
+    may_sample,
+    plan_needed,
+    record_legacy_sampling,
+    record_sampling_plan,
+    sampling_plan,
+    sharding_options,
+    tokenizers_digest,
+    training_tokens,
+)
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
-from transformer.run.token_files import tokenizers_digest, training_tokens
 from transformer.rundir import FINGERPRINT_KEY, check_data_unchanged
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
@@ -136,7 +149,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        TensorBoard `logs/`.
     4. Averages the weights if asked (`average_checkpoints`, `ema_momentum`),
        or with `restore_best_weights` takes those of the lowest validation
-       loss (`transformer.run.best`), saves `model.keras`, evaluates on the test split (`metrics.json`) and
+       loss (`transformer.run.callbacks.restore_best`), saves `model.keras`, evaluates on the test split (`metrics.json`) and
        exports the translator (`export/`) when `transformer.decoding.translator` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state (its
@@ -303,7 +316,7 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> tuple[_Session,
         config = resumed_with(saved, config)  # or a one-line refusal
         saved_fingerprint = record.get(FINGERPRINT_KEY)
         if chief:
-            sampling.record_legacy_sampling(config.run_dir, record)
+            record_legacy_sampling(config.run_dir, record)
         resume_from = resume_checkpoint(config.run_dir)  # or a one-line refusal
     run_dir = config.run_dir
     write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
@@ -323,7 +336,7 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
     A TSV corpus is streamed: one pass scans it (splits, sample, fingerprint)
     and one tokenizes its training pairs into `tokens/`, both recorded there,
     so that a resumed run opens them instead (`transformer.data.streamed`,
-    `transformer.run.token_files`). In a multi-worker run the chief does this
+    `transformer.run.fitting.training_tokens`). In a multi-worker run the chief does this
     first; the other workers then link its files and open them where they
     share its file system, and all check that they hold the same data.
     """
@@ -477,7 +490,7 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     else:
         pairs = data.train_tokens
         for first_epoch, last_epoch, steps, start_step in fit_calls(
-                step, steps_per_epoch, config.epochs, sampling.may_sample(config, pairs)):
+                step, steps_per_epoch, config.epochs, may_sample(config, pairs)):
             if clock.exhausted:
                 break
             pairs = _training_pairs(session, config, data, pairs, start_step,
@@ -591,12 +604,12 @@ def _training_pairs(session: _Session, config: RunConfig, data: _Data,
     """The pairs that `fit` reads from `start_step` on, after `seconds` of training:
     `pairs` (the best split, or already drawn), or once the first epoch is over,
     as the sampling plan says (decided then, or read from the run directory)."""
-    if not sampling.plan_needed(config, pairs, start_step):
+    if not plan_needed(config, pairs, start_step):
         return pairs
-    plan, new = sampling.sampling_plan(config, pairs, start_step, seconds, session.run_dir)
+    plan, new = sampling_plan(config, pairs, start_step, seconds, session.run_dir)
     if new:
-        sampling.record_sampling_plan(session.write_dir, plan)
-    return sampling.drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan,
+        record_sampling_plan(session.write_dir, plan)
+    return drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan,
                                 session.write_dir / rundir.TOKENS_DIR)
 
 
