@@ -123,10 +123,10 @@ def create_metric_variables(model, batches: tf.data.Dataset) -> None:
 class Fitter:
     """Calls `model.fit` for a range of epochs and gathers the history of the calls."""
 
-    def __init__(self, strategy: tf.distribute.Strategy, chief: bool, config, valid_batches,
-                 model, callbacks, verbose):
+    def __init__(self, strategy: tf.distribute.Strategy, chief: bool, batch_tokens: int,
+                 batch_size: int, seed: int, valid_batches, model, callbacks, verbose):
         self.strategy = strategy
-        self.batches = (config.batch_tokens, config.batch_size, config.seed)
+        self.batches = (batch_tokens, batch_size, seed)
         self.model = model
         if verbose == "auto":  # a progress bar on a terminal only
             verbose = int(hasattr(sys.stdout, "isatty") and sys.stdout.isatty())

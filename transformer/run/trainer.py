@@ -210,12 +210,12 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
                         config.average_checkpoints, config.ema_momentum)
         if config.restore_best_weights:
             restore_best(state.model, session.write_dir)
-        fingerprint = _save_model(session, state.model, final_step)
+        fingerprint = _save_model(session.write_dir, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
             evaluation, examples = _evaluate(config, data, state.model)
-            _write_metrics(session, config.epochs, evaluation, final_step, fingerprint,
-                           float(state.clock.seconds.numpy()))
+            _write_metrics(session.run_dir, session.started, config.epochs, evaluation,
+                           final_step, fingerprint, float(state.clock.seconds.numpy()))
             if export:
                 export_dir = _export(session.run_dir)
         return TrainResult(
@@ -477,7 +477,8 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     """
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
     clock = state.clock
-    fitter = Fitter(session.strategy, session.chief, config, data.valid_batches, state.model,
+    fitter = Fitter(session.strategy, session.chief, config.batch_tokens, config.batch_size,
+                    config.seed, data.valid_batches, state.model,
                     _callbacks(session, config, data, state), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
@@ -503,11 +504,11 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     return fitter.history, final_step
 
 
-def _save_model(session: _Session, model, final_step: int) -> str:
+def _save_model(write_dir: Path, model, final_step: int) -> str:
     """Logs the weights' fingerprint and saves `model.keras`; returns the fingerprint."""
     fingerprint = weights_fingerprint(model)
     logger.info("Weights after step %d: sha256 %s", final_step, fingerprint)
-    rundir.save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
+    rundir.save_model_atomic(model, write_dir / rundir.MODEL_FILE)
     return fingerprint
 
 
@@ -539,7 +540,7 @@ def _evaluate(config: RunConfig, data: _Data, model) -> tuple[Evaluation | None,
     return evaluation, examples
 
 
-def _write_metrics(session: _Session, epochs: int, evaluation, final_step: int,
+def _write_metrics(run_dir: Path, started: float, epochs: int, evaluation, final_step: int,
                    fingerprint: str, train_seconds: float) -> None:
     """Writes `metrics.json`: the test evaluation and facts about the run."""
     metrics = {
@@ -550,9 +551,9 @@ def _write_metrics(session: _Session, epochs: int, evaluation, final_step: int,
         "train_seconds": round(train_seconds, 1),
         "weights_sha256": fingerprint,
         # This session's time (metrics.csv has every epoch's logs).
-        "seconds": round(time.perf_counter() - session.started, 1),
+        "seconds": round(time.perf_counter() - started, 1),
     }
-    rundir.write_json_atomic(session.run_dir / rundir.METRICS_JSON, metrics)
+    rundir.write_json_atomic(run_dir / rundir.METRICS_JSON, metrics)
 
 
 def _export(run_dir: Path) -> Path | None:
