@@ -124,7 +124,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     after that decision, it resumes to them."""
     # The first epoch is as long as the first pass: the draws are read from pass 2.
     from transformer import run
-    from transformer.run import recipes, sampling
+    from transformer.run import fitting, recipes
 
     def config(name, **changes):
         return resumed_config(resume_tsv, tmp_path / name,
@@ -134,7 +134,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
         return json.loads((tmp_path / name / rundir.SAMPLING_FILE).read_text())["samples"]
 
     draws = []
-    monkeypatch.setattr(sampling, "sample_pairs", _counted(sampling.sample_pairs, draws))
+    monkeypatch.setattr(fitting, "sample_pairs", _counted(fitting.sample_pairs, draws))
     assert recipes.SAMPLING_MIN_PASSES > 3
     short = run.train(config("short"), verbose=0, export=False)  # 3 passes: the best split
     assert not draws and not (tmp_path / "short" / rundir.SAMPLING_FILE).exists()  # undecided
