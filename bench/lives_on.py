@@ -93,8 +93,8 @@ def train_all(args) -> None:
 def score(run_dir: Path, test: str, best: bool = False) -> float:
     """Lower-cased beam-4 BLEU of a run's weights (or its best) on a test file."""
     from transformer.decoding.pipeline import load_run
-    from transformer.run.best import BEST_WEIGHTS
-    from transformer.run.config_format import load_config
+    from transformer.run.callbacks import BEST_WEIGHTS
+    from transformer.run.config import load_config
     from transformer.run.evaluation import evaluate
 
     tokenizers, model = load_run(run_dir)

@@ -1,6 +1,6 @@
 """Tests of a corpus larger than every chunk, buffer and sample the code has:
 transformer.data.splits, transformer.data.streamed, transformer.data.token_rows
-and the run's token files (transformer.run.token_files).
+and the run's token files (transformer.run.fitting.training_tokens).
 
 The corpus here has 20,000 pairs: more than a tokenizer chunk (8,192 pairs),
 several read chunks of the file (64 KiB), a vocabulary sample of 3,000 pairs
@@ -26,7 +26,7 @@ from transformer.data.splits import Reservoir, held_out_limits, split_key
 from transformer.data.token_rows import Rows, RowsWriter
 from transformer.data.tokenizers import build_tokenizers
 from transformer.data.tsv import load_tsv_corpus, write_tsv
-from transformer.run import token_files
+from transformer.run import fitting
 
 PAIRS = 20_000
 SAMPLE = 3_000
@@ -211,20 +211,20 @@ def test_token_files_are_reused_only_for_the_same_data_and_tokenizers(corpus_fil
                                                                        tmp_path, monkeypatch):
     corpus = _stream(corpus_file)
     fingerprint = {"data": {"sha256": corpus.file_sha256[str(corpus_file)]}}
-    made = token_files.training_tokens(tmp_path, corpus.train, tokenizers, 12, fingerprint)
+    made = fitting.training_tokens(tmp_path, corpus.train, tokenizers, 12, fingerprint)
     made_rows = made.target.to_list()
 
     def refuse(*args, **kwargs):
         raise AssertionError("tokenized again")
 
     with monkeypatch.context() as patch:
-        patch.setattr(token_files, "tokenize_pairs", refuse)
-        opened = token_files.training_tokens(tmp_path, corpus.train, tokenizers, 12, fingerprint)
+        patch.setattr(fitting, "tokenize_pairs", refuse)
+        opened = fitting.training_tokens(tmp_path, corpus.train, tokenizers, 12, fingerprint)
     assert isinstance(opened.context.values, np.memmap)
     assert opened.target.to_list() == made_rows
     assert opened.num_trimmed == made.num_trimmed
     other = build_tokenizers(_pairs(2000), vocab_size=200, lower_case=True, kind="sentencepiece",
                              shared=True)  # another model: the targets are lower-cased
-    remade = token_files.training_tokens(tmp_path, corpus.train, other, 12, fingerprint)
+    remade = fitting.training_tokens(tmp_path, corpus.train, other, 12, fingerprint)
     assert remade.target.to_list() != made_rows
     assert made.target.to_list() == made_rows  # rows mapped before stay as they were

@@ -154,9 +154,8 @@ def test_a_resumed_run_compares_its_epochs_with_its_best_record(pinned_run):
     overwrites nothing (otherwise `best.weights.h5` would be the last epoch's)."""
     import tensorflow as tf
 
-    from transformer.run import token_files, trainer
-    from transformer.run.best import KeepBest
-    from transformer.run.callbacks import TrainingClock
+    from transformer.run import fitting, trainer
+    from transformer.run.callbacks import KeepBest, TrainingClock
 
     run_dir = Path(pinned_run.run_dir)
     # The record: epoch 4 scored better than any epoch here.
@@ -167,7 +166,7 @@ def test_a_resumed_run_compares_its_epochs_with_its_best_record(pinned_run):
     steps = config.epochs * config.steps_per_epoch
     session = types.SimpleNamespace(run_dir=run_dir, write_dir=run_dir, chief=False,
                                     started=0.0)
-    data = types.SimpleNamespace(train_tokens=token_files._opened(
+    data = types.SimpleNamespace(train_tokens=fitting._opened(
         run_dir / "tokens", _record(run_dir, "tokens/tokens.json")))
     state = types.SimpleNamespace(clock=TrainingClock(tf.Variable(0.0, dtype=tf.float64)),
                                   initial_step=steps, checkpoint_manager=None)

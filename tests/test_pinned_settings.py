@@ -19,7 +19,7 @@ from transformer.data.loading import training_corpus
 from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers
 from transformer.data.tsv import write_tsv
-from transformer.run import distribute, recipes, sampling, token_files
+from transformer.run import distribute, fitting, recipes
 from transformer.run.config import RunConfig
 from transformer.run.recipes import CorpusFacts, resolve
 
@@ -184,7 +184,7 @@ def test_token_files_are_made_again_for_another_max_tokens_data_or_pairs(tsv, to
     fingerprint = {"data": {"sha256": "a"}}
 
     def tokens(max_tokens, fp=fingerprint, pairs=corpus.train):
-        made = token_files.training_tokens(tmp_path, pairs, tokenizers, max_tokens, fp)
+        made = fitting.training_tokens(tmp_path, pairs, tokenizers, max_tokens, fp)
         return made.context.to_list(), made.target.to_list(), made.max_tokens
 
     long_rows = tokens(32)
@@ -195,8 +195,8 @@ def test_token_files_are_made_again_for_another_max_tokens_data_or_pairs(tsv, to
     assert tokens(32) == long_rows  # back to the first: made again, not the short ones
     # Other data (another fingerprint) of the same pairs: made again, not opened.
     opened = []
-    original = token_files._opened
-    token_files._opened = lambda *args: opened.append(1) or original(*args)
+    original = fitting._opened
+    fitting._opened = lambda *args: opened.append(1) or original(*args)
     try:
         tokens(32)
         assert opened == [1]  # the same key opens the files
@@ -206,7 +206,7 @@ def test_token_files_are_made_again_for_another_max_tokens_data_or_pairs(tsv, to
         rows = tokens(32, fp={"data": {"sha256": "b"}}, pairs=fewer.train)
         assert opened == [1] and len(rows[0]) == len(fewer.train) != len(corpus.train)
     finally:
-        token_files._opened = original
+        fitting._opened = original
 
 
 # ---------------------------------------------------------------------------
@@ -231,21 +231,21 @@ def test_a_budget_run_splits_off_its_first_epoch_to_sample_later():
     # epoch is fitted apart and the decision taken at its end.
     budget = resolve(_sampling_config(epochs=None, time_budget=900.0),
                      CorpusFacts(3200, 9.0, lambda tokens, size: 100))
-    assert sampling.may_sample(budget, _Pairs())
+    assert fitting.may_sample(budget, _Pairs())
     exactly = _sampling_config(epochs=recipes.SAMPLING_MIN_PASSES)
-    assert sampling.may_sample(exactly, _Pairs())  # on course for exactly enough passes
-    assert sampling.expected_passes(exactly, _Pairs(), 100, 1.0) == recipes.SAMPLING_MIN_PASSES
+    assert fitting.may_sample(exactly, _Pairs())  # on course for exactly enough passes
+    assert fitting.expected_passes(exactly, _Pairs(), 100, 1.0) == recipes.SAMPLING_MIN_PASSES
     assert recipes.samples_subwords(recipes.SAMPLING_MIN_PASSES)
     assert not recipes.samples_subwords(recipes.SAMPLING_MIN_PASSES - 0.01)
     # On course for 12 passes of a 20-epoch budget run after 100 steps in 75 s of 900.
-    assert sampling.expected_passes(budget, _Pairs(), 100, 75.0) == pytest.approx(12.0)
+    assert fitting.expected_passes(budget, _Pairs(), 100, 75.0) == pytest.approx(12.0)
 
 
 def test_the_trainer_decides_sampling_from_the_seconds_trained(tmp_path, monkeypatch):
     from transformer.run import trainer
 
     calls = []
-    monkeypatch.setattr(sampling, "sample_pairs", lambda *args, **kwargs: calls.append(
+    monkeypatch.setattr(fitting, "sample_pairs", lambda *args, **kwargs: calls.append(
         args) or types.SimpleNamespace(variants=recipes.SAMPLED_SEGMENTATIONS + 1))
     config = _sampling_config(time_budget=600.0)
     session = types.SimpleNamespace(run_dir=tmp_path, write_dir=tmp_path)
@@ -284,7 +284,7 @@ def test_multi_worker_runs_count_the_chiefs_seconds_only(monkeypatch):
 def test_a_falsy_change_on_resume_is_kept(tmp_path):
     """`--resume --patience 0 --no-restore-best-weights` turns both off, by
     the API and the command line alike; options not given keep their saved values."""
-    from transformer.run.config_format import for_resume, resumed_with, write_config
+    from transformer.run.config import for_resume, resumed_with, write_config
 
     saved = _resolved(RunConfig(data="pairs.tsv", output_dir=str(tmp_path), patience=3,
                                 restore_best_weights=True, time_budget=600.0))

@@ -18,9 +18,9 @@ from translate_helpers import copy_run
 
 from transformer.cli import translate as translate_cli
 from transformer.data import read_tsv
+from transformer.data.streamed import file_sha256
 from transformer.decoding.strategies import Beam, Greedy, Sample
 from transformer.decoding.translator import Translator
-from transformer.run.fingerprint import file_sha256
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The paper's peak rate for a 4,000-step warm-up, (d_model * 4000)^-0.5, written

@@ -1,4 +1,4 @@
-"""Tests of transformer.run.best: validation of the moving average, the best weights, patience."""
+"""Tests of transformer.run.callbacks: validation of the moving average, the best weights, patience."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_swapping_the_moving_average_exchanges_it_and_a_second_swap_restores_bot
 
 
 def test_validation_scores_the_moving_average_and_leaves_training_alone():
-    from transformer.run.best import ValidateMovingAverage
+    from transformer.run.callbacks import ValidateMovingAverage
 
     model, x, y = _averaging_model()
     weights = _values(model.trainable_variables)
@@ -76,7 +76,7 @@ def _sgd_model():
 
 
 def test_keep_best_saves_on_improvement_and_stops_after_the_patience(tmp_path):
-    from transformer.run.best import BEST_RECORD, BEST_WEIGHTS, KeepBest, read_best
+    from transformer.run.callbacks import BEST_RECORD, BEST_WEIGHTS, KeepBest, read_best
 
     model = _sgd_model()
     keep = KeepBest(tmp_path, patience=2)
@@ -100,7 +100,7 @@ def test_keep_best_saves_on_improvement_and_stops_after_the_patience(tmp_path):
 
 
 def test_a_resumed_run_compares_against_its_record(tmp_path):
-    from transformer.run.best import KeepBest
+    from transformer.run.callbacks import KeepBest
 
     model = _sgd_model()
     keep = KeepBest(tmp_path, patience=3, record={"val_loss": 1.0, "epoch": 2, "step": 10})
@@ -114,7 +114,7 @@ def test_a_resumed_run_compares_against_its_record(tmp_path):
 def test_a_run_ends_with_its_best_weights(best_tsv, tmp_path):
     """Validation scores the moving average; the best of it is kept and restored."""
     from transformer import run
-    from transformer.run.best import BEST_WEIGHTS, read_best
+    from transformer.run.callbacks import BEST_WEIGHTS, read_best
 
     run_dir = tmp_path / "run"
     result = run.train(tiny_config(best_tsv, run_dir, epochs=3, ema_momentum=0.9,
@@ -132,7 +132,7 @@ def test_a_run_ends_with_its_best_weights(best_tsv, tmp_path):
 
 
 def test_without_validation_pairs_the_last_weights_stay(tmp_path, caplog):
-    from transformer.run.best import restore_best
+    from transformer.run.callbacks import restore_best
 
     model = _sgd_model()
     weights = _values(model.weights)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transformer.run.config_format import config_from_record, for_resume, resumed_with
+from transformer.run.config import config_from_record, for_resume, resumed_with
 
 
 def test_run_config_round_trip_and_defaults():
@@ -203,8 +203,7 @@ def test_the_toy_corpus_learns_bpe_and_older_configs_keep_unigram():
 
 
 def test_runs_that_split_off_data_before_format_12_are_not_resumed(tmp_path):
-    from transformer.run.config import RunConfig
-    from transformer.run.config_format import check_resumable
+    from transformer.run.config import RunConfig, check_resumable
     from transformer.rundir import RunDirError
 
     split = {**RunConfig(data="a.tsv").to_dict(), "format_version": 11}

@@ -96,8 +96,7 @@ def test_default_model_drops_dropout_on_real_corpora_unless_given():
 
 
 def test_a_short_time_budget_gives_a_real_corpus_the_smaller_vocabulary():
-    from transformer.run.config import RunConfig
-    from transformer.run.config_format import config_from_record
+    from transformer.run.config import RunConfig, config_from_record
     from transformer.run.recipes import (
         CORPUS_DEFAULTS,
         SHORT_RUN_SECONDS,

@@ -1,6 +1,6 @@
 """Tests of the run's one configuration: `train.py` and the Python API make the
 same config of the same choices, `transformer.run.recipes.resolve` completes it
-once from the corpus, and `transformer.run.config_format` reads and refuses
+once from the corpus, and `transformer.run.config` reads and refuses
 `config.json` files. Nothing is trained."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 import pytest
 
 from transformer.cli.train import _config_from_args, build_parser
-from transformer.run.config import RunConfig
-from transformer.run.config_format import (
+from transformer.run.config import (
     CONFIG_FORMAT_VERSION,
+    RunConfig,
     load_config,
     read_config,
     resumed_with,

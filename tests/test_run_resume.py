@@ -124,7 +124,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     after that decision, it resumes to them."""
     # The first epoch is as long as the first pass: the draws are read from pass 2.
     from transformer import run
-    from transformer.run import recipes, sampling
+    from transformer.run import fitting, recipes
 
     def config(name, **changes):
         return resumed_config(resume_tsv, tmp_path / name,
@@ -134,7 +134,7 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
         return json.loads((tmp_path / name / rundir.SAMPLING_FILE).read_text())["samples"]
 
     draws = []
-    monkeypatch.setattr(sampling, "sample_pairs", _counted(sampling.sample_pairs, draws))
+    monkeypatch.setattr(fitting, "sample_pairs", _counted(fitting.sample_pairs, draws))
     assert recipes.SAMPLING_MIN_PASSES > 3
     short = run.train(config("short"), verbose=0, export=False)  # 3 passes: the best split
     assert not draws and not (tmp_path / "short" / rundir.SAMPLING_FILE).exists()  # undecided
@@ -283,12 +283,9 @@ def test_resume_after_the_corpus_changed_is_refused_naming_the_file(
 
 def test_fingerprints_of_tfds_and_toy_data_name_what_changed(tmp_path):
     from transformer.data.corpus import Corpus
+    from transformer.data.loading import data_fingerprint, pairs_sha256
     from transformer.run import RunConfig
-    from transformer.run.fingerprint import (
-        check_data_unchanged,
-        data_fingerprint,
-        pairs_sha256,
-    )
+    from transformer.rundir import check_data_unchanged
 
     corpus = Corpus(train=[("a", "b"), ("c", "d")], valid=[("e", "f")], test=[("g", "h")],
                     version="1.0.0")
@@ -321,7 +318,7 @@ def test_a_config_without_fingerprint_resumes_with_a_warning_and_gets_one(
     assert set(fingerprint) == {"data", "valid", "test"}
     assert fingerprint["data"]["pairs"] == 120 and len(fingerprint["data"]["sha256"]) == 64
     (run_dir / "config.json").write_text(json.dumps({**saved, "format_version": 5}))
-    with caplog.at_level(logging.WARNING, logger="transformer.run.fingerprint"):
+    with caplog.at_level(logging.WARNING, logger="transformer.rundir"):
         resumed = run.train(resumed_config(resume_tsv, run_dir), resume=True,
                             verbose=0, export=False)
     assert "records no fingerprint" in caplog.text

@@ -1,4 +1,4 @@
-"""Tests of transformer.run.sampling: when a run reads drawn segmentations.
+"""Tests of transformer.run.fitting's subword sampling plan: when a run reads drawn segmentations.
 
 Training with the draws, and resuming it, is in test_run_resume.py.
 """
@@ -12,9 +12,9 @@ import types
 import pytest
 
 from transformer import rundir
-from transformer.run import recipes, sampling
+from transformer.run import fitting, recipes
 from transformer.run.config import RunConfig
-from transformer.run.sampling import record_legacy_sampling
+from transformer.run.fitting import record_legacy_sampling
 from transformer.run.trainer import _training_pairs
 
 
@@ -51,24 +51,24 @@ def _record(tmp_path):
 
 def test_expected_passes_are_the_epochs_or_what_the_budget_allows():
     best = _Pairs()
-    assert sampling.expected_passes(_config(), best, 100, 60.0) == 20.0
+    assert fitting.expected_passes(_config(), best, 100, 60.0) == 20.0
     budget = _config(time_budget=900.0)
-    assert sampling.expected_passes(budget, best, 100, 60.0) == pytest.approx(15.0)
-    assert sampling.expected_passes(budget, best, 200, 600.0) == pytest.approx(3.0)
-    assert sampling.expected_passes(budget, best, 100, 10.0) == 20.0  # never past the epochs
+    assert fitting.expected_passes(budget, best, 100, 60.0) == pytest.approx(15.0)
+    assert fitting.expected_passes(budget, best, 200, 600.0) == pytest.approx(3.0)
+    assert fitting.expected_passes(budget, best, 100, 10.0) == 20.0  # never past the epochs
     # Epochs of two passes each: passes, not epochs, count.
-    assert sampling.expected_passes(_config(steps_per_epoch=200), best, 200, 1.0) == 40.0
+    assert fitting.expected_passes(_config(steps_per_epoch=200), best, 200, 1.0) == 40.0
     # The workers of a multi-worker run count the chief's seconds, so they decide alike.
     workers = _config(time_budget=900.0, strategy="multi-worker")
-    assert sampling.expected_passes(workers, best, 100, 60.0) == pytest.approx(15.0)
+    assert fitting.expected_passes(workers, best, 100, 60.0) == pytest.approx(15.0)
 
 
 def test_only_a_run_long_enough_splits_off_its_first_epoch():
     best = _Pairs()
-    assert sampling.may_sample(_config(subword_sampling=0.5), best)
+    assert fitting.may_sample(_config(subword_sampling=0.5), best)
     few = recipes.SAMPLING_MIN_PASSES - 1
-    assert not sampling.may_sample(_config(subword_sampling=0.5, epochs=few), best)
-    assert not sampling.may_sample(_config(subword_sampling=0.0), best)
+    assert not fitting.may_sample(_config(subword_sampling=0.5, epochs=few), best)
+    assert not fitting.may_sample(_config(subword_sampling=0.0), best)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def drawn(monkeypatch):
         calls.append((alpha, variants, seed, from_pass))
         return types.SimpleNamespace(variants=variants + 1, best=best)
 
-    monkeypatch.setattr(sampling, "sample_pairs", sample_pairs)
+    monkeypatch.setattr(fitting, "sample_pairs", sample_pairs)
     return calls
 
 
@@ -210,7 +210,7 @@ def test_token_budget_passes_differ_in_length_and_are_counted_pass_by_pass(pass_
     for start in pass_starts[1:-1]:
         for step in (start - 1, start, start + 1):
             expected = min(p for p, begins in enumerate(pass_starts) if begins >= step)
-            assert sampling.first_pass_from(config, best, step) == expected, step
+            assert fitting.first_pass_from(config, best, step) == expected, step
 
 
 @pytest.mark.parametrize("after", [0, 1, 2])
@@ -227,7 +227,7 @@ def test_drawn_segmentations_are_read_from_the_first_whole_pass_after_the_decisi
                                                          config.epochs, first_alone=True)
     assert step == first_steps == pass_starts[1]  # the first epoch is the first pass
     step += (0, 1, pass_starts[2] - pass_starts[1])[after]
-    plan, new = sampling.sampling_plan(config, best, step, 60.0, tmp_path)
+    plan, new = fitting.sampling_plan(config, best, step, 60.0, tmp_path)
     assert new and plan["samples"]
     begins = pass_starts[plan["from_pass"]]
     assert begins >= step and (plan["from_pass"] == 1 or pass_starts[plan["from_pass"] - 1] < step)

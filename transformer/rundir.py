@@ -16,7 +16,8 @@ the notebooks read it. Nothing else needs to know the file names::
       export/            the exported translator (a SavedModel: strings -> strings)
 
 `check_run_dir` is what a translator checks; `prepare_run_dir` decides whether
-`train` may start or resume in one and removes what an interrupted write left;
+`train` may start or resume in one and removes what an interrupted write left,
+`check_data_unchanged` whether the data of a resume are the run's;
 every file is written through `replace_atomically`, so that an interruption at
 any moment leaves it usable. Standard library only: `translate.py` reads it
 before TensorFlow starts.
@@ -35,6 +36,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
+# The key of config.json that holds the data's fingerprint (`check_data_unchanged`).
+FINGERPRINT_KEY = "data_fingerprint"
 TOKENIZERS_DIR = "tokenizers"
 MODEL_FILE = "model.keras"
 CHECKPOINTS_DIR = "checkpoints"
@@ -46,7 +49,7 @@ LOGS_DIR = "logs"
 EXPORT_DIR = "export"
 PROGRESS_FILE = "progress.json"
 SAMPLING_FILE = "sampling.json"
-# The training pairs tokenized once, memory-mapped (`transformer.run.token_files`),
+# The training pairs tokenized once, memory-mapped (`transformer.run.fitting.training_tokens`),
 # and the record of the corpus's scan (`transformer.data.streamed`).
 TOKENS_DIR = "tokens"
 # The suffix of files being written (`replace_atomically`).
@@ -285,6 +288,65 @@ def _leftovers(run_dir: Path) -> list[Path]:
 
 def _entries(directory: Path) -> list[Path]:
     return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
+def check_data_unchanged(run_dir: Path, saved: dict[str, dict] | None,
+                         fingerprint: dict[str, dict]) -> None:
+    """Refuses to resume the run in `run_dir` on other data than it was trained on.
+
+    A resumed run continues the saved vocabulary, `steps_per_epoch` and
+    position in the data stream, which mean nothing for other data, so
+    `config.json` records a fingerprint of every input
+    (`transformer.data.loading.data_fingerprint`) under `FINGERPRINT_KEY`. A
+    `config.json` written before fingerprints were kept has none: such a run
+    resumes as before, with a warning that its data were not checked, and its
+    `config.json` then records the current fingerprint.
+
+    Args:
+        run_dir: the run directory, named in the messages.
+        saved: the fingerprint its `config.json` holds (None if it has none).
+        fingerprint: `data_fingerprint` of the data read now.
+
+    Raises:
+        transformer.rundir.RunDirError: an input differs; one line naming it,
+            with what was saved and what was read.
+    """
+    if saved is None:
+        logger.warning(
+            "%s records no fingerprint of the run's data (it was written by an older "
+            "version): resuming without checking that the data are unchanged.",
+            run_dir / CONFIG_FILE)
+        return
+    for key in sorted(set(saved) | set(fingerprint)):
+        before, now = saved.get(key), fingerprint.get(key)
+        if before != now:
+            raise RunDirError(
+                f"Cannot resume {str(run_dir)!r}: {_name(key, before or now)} differs from "
+                f"the data the run was trained on (then: {_describe(before)}; now: "
+                f"{_describe(now)}). Resume with the original data, or start a new run in "
+                "another --output-dir."
+            )
+
+
+def _name(key: str, entry: dict) -> str:
+    if "path" in entry:
+        return repr(entry["path"])
+    if key == "toy":
+        return f"the toy corpus (seed {entry.get('seed')})"
+    return f"{entry.get('name')} split {entry.get('split')!r}"
+
+
+def _describe(entry: dict | None) -> str:
+    if entry is None:
+        return "not an input"
+    parts = [f"{entry['pairs']} pairs" if "pairs" in entry else ""]
+    if "bytes" in entry:
+        parts.append(f"{entry['bytes']:,} bytes")
+    if entry.get("version"):
+        parts.append(f"version {entry['version']}")
+    if "sha256" in entry:
+        parts.append(f"sha256 {entry['sha256'][:12]}")
+    return ", ".join(part for part in parts if part)
 
 
 def save_model_atomic(model, path: Path) -> None:

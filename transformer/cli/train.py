@@ -44,8 +44,7 @@ from transformer.cli.common import (
 from transformer.model_config import PRESETS, TransformerConfig
 from transformer.run.adapt import parent_model
 from transformer.run.allocator import use_fast_allocators
-from transformer.run.config import RESUMABLE_FIELDS, RunConfig
-from transformer.run.config_format import resume_config
+from transformer.run.config import RESUMABLE_FIELDS, RunConfig, resume_config
 from transformer.run.recipes import (
     CORPUS_DEFAULTS,
     CORPUS_MODEL_DEFAULTS,

@@ -1,16 +1,21 @@
-"""One entry point that picks the corpus: the toy grammar, TFDS, or your TSV files."""
+"""One entry point that picks the corpus: the toy grammar, TFDS, or your TSV files,
+and the fingerprint of what a run read (`data_fingerprint`)."""
 
 from __future__ import annotations
 
-from transformer.data.corpus import Corpus, DataError
+import hashlib
+from pathlib import Path
+
+from transformer.data.corpus import Corpus, DataError, Pair
 from transformer.data.source import DATASETS, TOY, CorpusSource
 from transformer.data.splits import Reservoir
-from transformer.data.streamed import stream_tsv_corpus
+from transformer.data.streamed import file_sha256, stream_tsv_corpus
 from transformer.data.tfds_ted import load_ted_hrlr
 from transformer.data.toy import generate_toy_corpus
 from transformer.data.tsv import load_tsv_corpus
 
-__all__ = ["DATASETS", "TOY", "load_corpus", "read_training_corpus", "training_corpus"]
+__all__ = ["DATASETS", "TOY", "data_fingerprint", "load_corpus", "read_training_corpus",
+           "training_corpus"]
 
 
 def load_corpus(source: CorpusSource | None = None) -> Corpus:
@@ -81,3 +86,60 @@ def training_corpus(config, download=None, record_dir=None) -> Corpus:
     (`CorpusSource.of_config`); `download` overrides `config.download` (None
     keeps it)."""
     return read_training_corpus(CorpusSource.of_config(config, download), record_dir)
+
+
+def pairs_sha256(pairs: list[Pair]) -> str:
+    """The SHA-256 of sentence pairs as UTF-8 `source<TAB>target<LF>` lines."""
+    digest = hashlib.sha256()
+    for source, target in pairs:
+        digest.update(f"{source}\t{target}\n".encode())
+    return digest.hexdigest()
+
+
+def data_fingerprint(source, corpus: Corpus) -> dict[str, dict]:
+    """The fingerprint of a run's inputs, one entry per input, which `config.json`
+    keeps so that a resume on other data is refused
+    (`transformer.rundir.check_data_unchanged`):
+
+    - a TSV file: its path, size in bytes, the pairs read from it and the SHA-256
+      of its content;
+    - a TFDS dataset: its name, and for each split its name, the dataset's
+      version, the pairs read and the SHA-256 of those pairs;
+    - the toy corpus: its seed, the pairs of each split and their SHA-256 (a
+      change of the generator changes it too).
+
+    Args:
+        source: the run's `transformer.data.source.CorpusSource`, or anything
+            with its `data`, `valid`, `test`, `dataset` and `seed` (a `RunConfig`).
+        corpus: the `Corpus` read from those inputs.
+
+    Returns:
+        A JSON-serializable dict: input -> its fingerprint.
+    """
+    if source.data:
+        # Validation and test pairs given in no file of their own were read from `data`.
+        read = {
+            "data": len(corpus.train) + (0 if source.valid else len(corpus.valid))
+            + (0 if source.test else len(corpus.test)),
+            "valid": len(corpus.valid),
+            "test": len(corpus.test),
+        }
+        # The files' digests were computed in the pass that read them, when it did.
+        return {
+            role: {"path": str(path), "bytes": Path(path).stat().st_size, "pairs": read[role],
+                   "sha256": corpus.file_sha256.get(str(path)) or file_sha256(path)}
+            for role, path in (("data", source.data), ("valid", source.valid),
+                               ("test", source.test))
+            if path
+        }
+    splits = {"train": corpus.train, "validation": corpus.valid, "test": corpus.test}
+    if source.dataset == "toy":
+        every = [pair for pairs in splits.values() for pair in pairs]
+        return {"toy": {"seed": source.seed, "pairs": len(every),
+                        "split_pairs": [len(pairs) for pairs in splits.values()],
+                        "sha256": pairs_sha256(every)}}
+    return {
+        split: {"name": source.dataset, "split": split, "version": corpus.version,
+                "pairs": len(pairs), "sha256": pairs_sha256(pairs)}
+        for split, pairs in splits.items()
+    }

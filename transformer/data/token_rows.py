@@ -8,7 +8,7 @@ the rows), as fairseq's and Marian's binarized corpora do. Either array may
 be an `np.memmap` of a file, so only the pages a batch touches are read.
 
 `RowsWriter` appends rows chunk by chunk, to files in a directory (the run's
-`tokens/`, `transformer.data.token_files`) or, without one, to memory.
+`tokens/`, `transformer.run.fitting.training_tokens`) or, without one, to memory.
 Nothing holds more than one chunk of text at a time.
 
 >>> rows = Rows.from_lists([[2, 5, 3], [2, 3]])

@@ -88,7 +88,7 @@ from transformer.constants import (
     START_ID,
     UNK_ID,
 )
-from transformer.data.loading import training_corpus
+from transformer.data.loading import data_fingerprint, training_corpus
 from transformer.data.tokenizers import load_tokenizers, tokenizer_kind
 from transformer.decoding.ctranslate2_translator import (
     EXPORT_INFO_FILE,
@@ -98,10 +98,9 @@ from transformer.decoding.ctranslate2_translator import (
 )
 from transformer.decoding.pipeline import load_run
 from transformer.model import TiedOutputProjection
-from transformer.run.config_format import read_config
-from transformer.run.fingerprint import FINGERPRINT_KEY, data_fingerprint
-from transformer.run.sampling import drawn_pairs
-from transformer.run.token_files import training_tokens
+from transformer.run.config import read_config
+from transformer.run.fitting import drawn_pairs, training_tokens
+from transformer.rundir import FINGERPRINT_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -5,19 +5,19 @@ loss, accuracy) is `transformer.training`, the run directory is
 `transformer.rundir`.
 
 - `config`: `RunConfig`, the run's settings and their defaults (`config_checks`
-  checks them).
+  checks them), and its file `config.json`: its versions and what a resumed
+  run may change.
 - `recipes`: the dataset-dependent defaults, and `resolve`, which makes the run's
   one complete config from the settings and the corpus.
-- `config_format`: `config.json`, its versions and what a resumed run may change.
 - `precision`: the Keras dtype policies and the default for this CPU.
 - `distribute`: the `tf.distribute` strategies (one device, mirrored, multi-worker).
 - `callbacks`: the Keras callbacks of a run (learning rate, NaN stop, time budget,
-  checkpoints, summaries).
+  checkpoints, summaries, the best weights by validation loss and early stopping).
 - `checkpoints`: what a checkpoint holds, resuming from it, averaging the last ones.
-- `best`: the best weights by validation loss, kept as they come; early stopping.
 - `adapt`: a run started from another's weights and vocabulary (`--init-from`).
 - `allocator`: the memory allocators that keep a step's freed memory.
-- `fitting`: the `model.fit` calls over a run's epochs and their batch streams.
+- `fitting`: the `model.fit` calls over a run's epochs and their batch streams: the
+  training pairs tokenized once into `tokens/`, and the subword sampling plan.
 - `evaluation`: exact match, BLEU and token accuracy on sentence pairs.
 - `train`: `train`, which runs all of it and writes the run directory.
 
@@ -37,8 +37,13 @@ from typing import TYPE_CHECKING
 
 from transformer._lazy import lazy_exports
 from transformer.constants import DISTRIBUTION_STRATEGIES
-from transformer.run.config import DEFAULT_RUNS_DIR, RESUMABLE_FIELDS, RunConfig
-from transformer.run.config_format import CONFIG_FORMAT_VERSION, load_config
+from transformer.run.config import (
+    CONFIG_FORMAT_VERSION,
+    DEFAULT_RUNS_DIR,
+    RESUMABLE_FIELDS,
+    RunConfig,
+    load_config,
+)
 from transformer.run.precision import (
     PRECISIONS,
     cpu_flags,

@@ -23,7 +23,7 @@ from typing import Any
 
 from transformer import rundir
 from transformer.model_config import TransformerConfig
-from transformer.run.fingerprint import FINGERPRINT_KEY
+from transformer.rundir import FINGERPRINT_KEY
 
 # The settings a run started from RUN takes from RUN: its vocabulary and model.
 INHERITED_FIELDS = ("preset", "tokenizer", "subword_model", "vocab_size", "shared_vocab",

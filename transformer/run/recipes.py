@@ -188,7 +188,7 @@ MIN_EPOCHS, MAX_EPOCHS = 2, 20
 # on, the next of SAMPLED_SEGMENTATIONS random segmentations of every pair in
 # turn; a shorter run reads the best split throughout. A regulariser pays only
 # once the model overfits the pairs, and how many passes a run makes is what
-# brings that about, on any corpus and CPU. `transformer.run.sampling` decides
+# brings that about, on any corpus and CPU. `transformer.run.fitting` decides
 # at the end of the first pass, from the run's epochs or, with a time budget,
 # from the time that pass took, and records the decision for a resume.
 SAMPLED_SEGMENTATIONS = 8

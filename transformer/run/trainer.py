@@ -3,7 +3,7 @@
 prepare (strategy, run directory, resume checks) -> data (corpus, tokenizers)
 -> resolve (the run's one config, `config.json`) -> model (build, compile,
 restore) -> fit -> evaluate (`metrics.json`) -> export. The run directory is
-`transformer.rundir`, the config's format `transformer.run.config_format`.
+`transformer.rundir`, the config's format `transformer.run.config`.
 """
 
 from __future__ import annotations
@@ -31,31 +31,38 @@ from transformer.data.batching import (
     tokenize_pairs,
 )
 from transformer.data.corpus import Corpus
-from transformer.data.loading import read_training_corpus
+from transformer.data.loading import data_fingerprint, read_training_corpus
 from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.decoding.translator import export_translator
 from transformer.model import build_model
-from transformer.run import sampling
 from transformer.run.adapt import load_parent_weights, parent_facts
 from transformer.run.allocator import use_fast_allocators
-from transformer.run.best import KeepBest, ValidateMovingAverage, read_best, restore_best
 from transformer.run.calibration import measure_step
 from transformer.run.callbacks import (
     CheckpointSaver,
     EpochSummary,
+    KeepBest,
     LearningRateLogger,
     ProgressLog,
     StopOnNaN,
     TrainingClock,
     TrainingError,
+    ValidateMovingAverage,
     format_seconds,
     optimizer_step,
+    read_best,
+    restore_best,
     target_tokens_per_step,
 )
 from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
-from transformer.run.config import RunConfig
-from transformer.run.config_format import check_resumable, read_config, resumed_with, write_config
+from transformer.run.config import (
+    RunConfig,
+    check_resumable,
+    read_config,
+    resumed_with,
+    write_config,
+)
 from transformer.run.distribute import (
     check_same_data,
     chief_clock,
@@ -66,10 +73,21 @@ from transformer.run.distribute import (
     worker_name,
 )
 from transformer.run.evaluation import Evaluation, evaluate
-from transformer.run.fingerprint import FINGERPRINT_KEY, check_data_unchanged, data_fingerprint
-from transformer.run.fitting import Fitter, fit_calls, sharding_options
+from transformer.run.fitting import (
+    Fitter,
+    drawn_pairs,
+    fit_calls,
+    may_sample,
+    plan_needed,
+    record_legacy_sampling,
+    record_sampling_plan,
+    sampling_plan,
+    sharding_options,
+    tokenizers_digest,
+    training_tokens,
+)
 from transformer.run.recipes import CorpusFacts, resolve, vocab_size_is_default
-from transformer.run.token_files import tokenizers_digest, training_tokens
+from transformer.rundir import FINGERPRINT_KEY, check_data_unchanged
 from transformer.seams import learning_rate_schedule, require_tensorflow
 from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 
@@ -131,7 +149,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
        TensorBoard `logs/`.
     4. Averages the weights if asked (`average_checkpoints`, `ema_momentum`),
        or with `restore_best_weights` takes those of the lowest validation
-       loss (`transformer.run.best`), saves `model.keras`, evaluates on the test split (`metrics.json`) and
+       loss (`transformer.run.callbacks.restore_best`), saves `model.keras`, evaluates on the test split (`metrics.json`) and
        exports the translator (`export/`) when `transformer.decoding.translator` can.
 
     Resuming (`resume=True`) restores the weights, the optimizer state (its
@@ -146,7 +164,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
 
     Args:
         config: the run's `RunConfig`. To resume, the saved one with the
-            changes allowed by `transformer.run.config_format.for_resume` (other
+            changes allowed by `transformer.run.config.for_resume` (other
             changes raise); the fields it leaves None keep their saved values.
         resume: continue the run in `config.run_dir`. Without it, a non-empty
             `run_dir` is refused.
@@ -192,12 +210,12 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
                         config.average_checkpoints, config.ema_momentum)
         if config.restore_best_weights:
             restore_best(state.model, session.write_dir)
-        fingerprint = _save_model(session, state.model, final_step)
+        fingerprint = _save_model(session.write_dir, state.model, final_step)
         evaluation, examples, export_dir = None, [], None
         if session.chief:
             evaluation, examples = _evaluate(config, data, state.model)
-            _write_metrics(session, config.epochs, evaluation, final_step, fingerprint,
-                           float(state.clock.seconds.numpy()))
+            _write_metrics(session.run_dir, session.started, config.epochs, evaluation,
+                           final_step, fingerprint, float(state.clock.seconds.numpy()))
             if export:
                 export_dir = _export(session.run_dir)
         return TrainResult(
@@ -232,7 +250,7 @@ class _Session:
         chief: whether this process writes the run directory.
         resuming: whether a saved run is continued.
         saved_fingerprint: the fingerprint of the data the saved run was
-            trained on (`transformer.run.fingerprint`); None for a new run, or
+            trained on (`transformer.data.loading.data_fingerprint`); None for a new run, or
             one saved before fingerprints were kept.
         run_dir: the run directory.
         write_dir: where this process writes: `run_dir` on the chief, a
@@ -298,7 +316,7 @@ def _prepare(config: RunConfig, resume: bool, started: float) -> tuple[_Session,
         config = resumed_with(saved, config)  # or a one-line refusal
         saved_fingerprint = record.get(FINGERPRINT_KEY)
         if chief:
-            sampling.record_legacy_sampling(config.run_dir, record)
+            record_legacy_sampling(config.run_dir, record)
         resume_from = resume_checkpoint(config.run_dir)  # or a one-line refusal
     run_dir = config.run_dir
     write_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="transformer-worker-"))
@@ -318,7 +336,7 @@ def _load_data(session: _Session, config: RunConfig) -> _Data:
     A TSV corpus is streamed: one pass scans it (splits, sample, fingerprint)
     and one tokenizes its training pairs into `tokens/`, both recorded there,
     so that a resumed run opens them instead (`transformer.data.streamed`,
-    `transformer.run.token_files`). In a multi-worker run the chief does this
+    `transformer.run.fitting.training_tokens`). In a multi-worker run the chief does this
     first; the other workers then link its files and open them where they
     share its file system, and all check that they hold the same data.
     """
@@ -459,7 +477,8 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     """
     steps_per_epoch, total_steps = config.steps_per_epoch, config.epochs * config.steps_per_epoch
     clock = state.clock
-    fitter = Fitter(session.strategy, session.chief, config, data.valid_batches, state.model,
+    fitter = Fitter(session.strategy, session.chief, config.batch_tokens, config.batch_size,
+                    config.seed, data.valid_batches, state.model,
                     _callbacks(session, config, data, state), verbose)
     train_started = time.perf_counter()
     step = state.initial_step
@@ -472,7 +491,7 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     else:
         pairs = data.train_tokens
         for first_epoch, last_epoch, steps, start_step in fit_calls(
-                step, steps_per_epoch, config.epochs, sampling.may_sample(config, pairs)):
+                step, steps_per_epoch, config.epochs, may_sample(config, pairs)):
             if clock.exhausted:
                 break
             pairs = _training_pairs(session, config, data, pairs, start_step,
@@ -485,11 +504,11 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
     return fitter.history, final_step
 
 
-def _save_model(session: _Session, model, final_step: int) -> str:
+def _save_model(write_dir: Path, model, final_step: int) -> str:
     """Logs the weights' fingerprint and saves `model.keras`; returns the fingerprint."""
     fingerprint = weights_fingerprint(model)
     logger.info("Weights after step %d: sha256 %s", final_step, fingerprint)
-    rundir.save_model_atomic(model, session.write_dir / rundir.MODEL_FILE)
+    rundir.save_model_atomic(model, write_dir / rundir.MODEL_FILE)
     return fingerprint
 
 
@@ -521,7 +540,7 @@ def _evaluate(config: RunConfig, data: _Data, model) -> tuple[Evaluation | None,
     return evaluation, examples
 
 
-def _write_metrics(session: _Session, epochs: int, evaluation, final_step: int,
+def _write_metrics(run_dir: Path, started: float, epochs: int, evaluation, final_step: int,
                    fingerprint: str, train_seconds: float) -> None:
     """Writes `metrics.json`: the test evaluation and facts about the run."""
     metrics = {
@@ -532,9 +551,9 @@ def _write_metrics(session: _Session, epochs: int, evaluation, final_step: int,
         "train_seconds": round(train_seconds, 1),
         "weights_sha256": fingerprint,
         # This session's time (metrics.csv has every epoch's logs).
-        "seconds": round(time.perf_counter() - session.started, 1),
+        "seconds": round(time.perf_counter() - started, 1),
     }
-    rundir.write_json_atomic(session.run_dir / rundir.METRICS_JSON, metrics)
+    rundir.write_json_atomic(run_dir / rundir.METRICS_JSON, metrics)
 
 
 def _export(run_dir: Path) -> Path | None:
@@ -586,12 +605,12 @@ def _training_pairs(session: _Session, config: RunConfig, data: _Data,
     """The pairs that `fit` reads from `start_step` on, after `seconds` of training:
     `pairs` (the best split, or already drawn), or once the first epoch is over,
     as the sampling plan says (decided then, or read from the run directory)."""
-    if not sampling.plan_needed(config, pairs, start_step):
+    if not plan_needed(config, pairs, start_step):
         return pairs
-    plan, new = sampling.sampling_plan(config, pairs, start_step, seconds, session.run_dir)
+    plan, new = sampling_plan(config, pairs, start_step, seconds, session.run_dir)
     if new:
-        sampling.record_sampling_plan(session.write_dir, plan)
-    return sampling.drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan,
+        record_sampling_plan(session.write_dir, plan)
+    return drawn_pairs(config, data.corpus.train, data.tokenizers, pairs, plan,
                                 session.write_dir / rundir.TOKENS_DIR)
 
 
