@@ -166,7 +166,8 @@ if not (RUN_DIR / "model.keras").is_file():
     # corpus, 1,250 updates), in float32; QUICK trains 30 steps only.
     steps = (dict(epochs=2, steps_per_epoch=15, warmup_steps=20, eval_batch_size=256) if QUICK
              else dict(epochs=10, steps_per_epoch=125))
-    train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps), resume=RUN_DIR.exists(), verbose=0)
+    train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps),
+          resume=RUN_DIR.exists(), verbose=0, export=False)
 translator = Translator.from_run(RUN_DIR)
 model = translator.transformer  # a transformer.Transformer
 print(f"{RUN_DIR.name}: {model.config.num_layers} layers, d_model={model.config.d_model}, "

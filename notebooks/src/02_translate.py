@@ -19,7 +19,7 @@
 # 8. the same weights in an interactive explorer, to hover and click through.
 #
 # Everything runs offline. Training writes a run directory, `runs/notebook_toy`
-# (the same layout as `train.py`); if it is already there, the notebook loads it
+# (the layout of `train.py`'s, without its export); if it is already there, the notebook loads it
 # instead of training again, and notebook 01 reuses it. Every statement about a
 # result is printed by the code from that result, or checked by an `assert`.
 
@@ -125,7 +125,8 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 # the tokenizers, trains with `model.fit` (Adam with the schedule above,
 # cross-entropy with label smoothing $\epsilon_{ls} = 0.1$ averaged over the
 # non-padding tokens, §5.3-5.4), evaluates on the test split (greedy decoding,
-# exact match and BLEU) and writes the run directory. One thing is fixed here:
+# exact match and BLEU) and writes the run directory, without the SavedModel
+# export (`export=False`), which this notebook does not use. One thing is fixed here:
 # the precision, float32 on every CPU (`precision="float32"`), while
 # `RunConfig` and `python train.py` left to themselves pick `mixed_bfloat16`
 # where bfloat16 trains faster (CPUs with AMX, AMD CPUs with AVX-512 BF16) and
@@ -136,7 +137,7 @@ plot_learning_rate(CustomSchedule(config.model.d_model, config.warmup_steps), nu
 if (RUN_DIR / "model.keras").is_file():
     print(f"Loading the finished run in {RUN_DIR}")
 else:
-    result = train(config, resume=RUN_DIR.exists(), verbose=0)
+    result = train(config, resume=RUN_DIR.exists(), verbose=0, export=False)
 metrics = json.loads((RUN_DIR / "metrics.json").read_text())
 print(f"{metrics['final_step']:,} training steps in {metrics['train_seconds']:.0f} s on the machine that trained it")
 print({key: round(value, 3) for key, value in metrics["test"].items() if isinstance(value, float)})

@@ -89,7 +89,8 @@ print(f"setting: {'quick' if QUICK else 'full'}")
 if not (RUN_DIR / "model.keras").is_file():
     steps = (dict(epochs=2, steps_per_epoch=15, warmup_steps=20, eval_batch_size=256) if QUICK
              else dict(epochs=10, steps_per_epoch=125))
-    train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps), resume=RUN_DIR.exists(), verbose=0)
+    train(RunConfig(output_dir=str(RUN_DIR), precision="float32", **steps),
+          resume=RUN_DIR.exists(), verbose=0, export=False)
 translator = Translator.from_run(RUN_DIR)
 model = translator.transformer
 cfg = model.config
