@@ -247,7 +247,9 @@ def plot(record: dict, path: Path, title: str) -> None:
                 by_minutes.setdefault(run["minutes"], []).append(run["bleu_lc"])
             minutes = sorted(by_minutes)
             params = own[0]["body_parameters"] / 1e6
-            presets = sorted({run.get("preset") for run in own} - {size, None})
+            # Only `auto` runs chose their preset (the others name theirs, or passed
+            # its sizes as model options).
+            presets = sorted({run.get("preset") for run in own} - {None}) if size == "auto" else []
             chosen = f": the rule chose {', '.join(presets)}" if presets else ""
             ax.plot([r["minutes"] for r in own], [r["bleu_lc"] for r in own], "o", alpha=0.45,
                     color=f"C{index}", markersize=4, zorder=2)
