@@ -169,7 +169,11 @@ def fit(runs: list[dict]) -> dict:
     a win at the smaller, so the rule would not make a losing choice again.
     The fitted threshold is the geometric mean of the highest losing and the
     lowest winning ratio; with no win measured, the first tenth above the
-    highest losing ratio (a lower bound: longer runs would raise it).
+    highest losing ratio (a lower bound: longer runs would raise it). Where
+    wins and losses overlap (a larger size won at a lower ratio than one at
+    which it lost elsewhere), no threshold makes every choice right: the
+    fitted one is the one that makes the fewest wrong (`fewest_wrong`), and
+    `wrong_choices` counts them.
     """
     by_budget: dict[tuple[str, float], dict[str, list[dict]]] = {}
     for run in runs:
@@ -194,11 +198,39 @@ def fit(runs: list[dict]) -> dict:
     if above and below and above < below:
         value = round((above * below) ** 0.5, 2)
     elif above and not below:
-        value = math.floor(above * 10 + 1) / 10
+        value = just_above(above)
+    elif above and below:
+        value = fewest_wrong(won, lost)
     else:
         value = None
+    wrong = (sum(r < value for r in won) + sum(r >= value for r in lost)) if value else None
     return {"comparisons": comparisons,
-            "tokens_per_parameter": {"above": above, "at_most": below, "fitted": value}}
+            "tokens_per_parameter": {"above": above, "at_most": below, "fitted": value,
+                                     "wrong_choices": wrong}}
+
+
+def just_above(ratio: float) -> float:
+    """The first tenth above `ratio`: a threshold at which that ratio is not fed."""
+    return math.floor(ratio * 10 + 1) / 10
+
+
+def fewest_wrong(won: list[float], lost: list[float]) -> float:
+    """The threshold that makes the fewest wrong choices when wins (the larger
+    size's ratios where it won) and losses overlap: a larger size is chosen at
+    and above it. Of equally good ones, the highest, since the smaller size won
+    more often than not.
+
+    >>> fewest_wrong(won=[1.8, 3.0], lost=[0.7, 2.1])
+    3.0
+    >>> fewest_wrong(won=[1.8, 3.0], lost=[0.7, 1.2, 2.1, 2.4])
+    3.0
+    >>> fewest_wrong(won=[1.8, 1.9, 3.0], lost=[0.7, 2.1])
+    1.8
+    """
+    candidates = sorted(set(won) | {just_above(ratio) for ratio in lost})
+    wrong = {t: sum(r < t for r in won) + sum(r >= t for r in lost) for t in candidates}
+    least = min(wrong.values())
+    return max(t for t in candidates if wrong[t] == least)
 
 
 def portable_command(command: str, run_dir: Path, corpus: Path) -> str:

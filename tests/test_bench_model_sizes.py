@@ -138,3 +138,20 @@ def test_the_mirrored_row_times_every_layout_and_relates_it_to_one_core():
                      ("0,1", ("--replicas", "2", "--intra-threads", "1"))]
     assert row["one_core"] == 100.0 and row["both_cores_over_one"] == 1.5
     assert row["mirrored_over_one"] == row["mirrored_one_thread_an_op_over_one"] == 1.8
+
+
+def test_overlapping_wins_and_losses_fit_the_threshold_with_the_fewest_wrong_choices(tmp_path):
+    """medium wins at 5 minutes and loses at 15, where it has more tokens a
+    parameter: no threshold is right for both; the fit makes one wrong choice,
+    and of the equally wrong ones keeps the smaller size longer."""
+    _run(tmp_path, "ui", "tutorial", 5, 0, 34.0, [3000])
+    _run(tmp_path, "ui", "medium", 5, 0, 40.0, [1500], updates=200)
+    _run(tmp_path, "ui", "tutorial", 15, 0, 45.0, [3500])
+    _run(tmp_path, "ui", "medium", 15, 0, 44.0, [1500], updates=600)
+    record = model_sizes.collect(types.SimpleNamespace(runs=tmp_path, corpus=[Path("ui")]))
+    medium = {r["minutes"]: r["tokens_per_parameter"] for r in record["runs"]
+              if r["size"] == "medium"}
+    threshold = record["fit"]["tokens_per_parameter"]
+    assert (threshold["above"], threshold["at_most"]) == (medium[15], medium[5])
+    assert threshold["fitted"] == model_sizes.just_above(medium[15]) > medium[15]
+    assert threshold["wrong_choices"] == 1
