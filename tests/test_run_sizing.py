@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -38,7 +39,11 @@ def _resolved(minutes, pairs=26_000, mean_tokens=12.0, speed=ONE_CORE, **choices
 
     config = RunConfig(data="pairs.tsv", precision="float32",
                        time_budget=None if minutes is None else minutes * 60.0, **choices)
-    facts = CorpusFacts(pairs, mean_tokens, lambda tokens, size: 100, vocab_size=4000,
+    # A pass's batches of the token budget, as the corpus would give them.
+    def pass_batches(batch_tokens, batch_size):
+        return math.ceil(pairs * mean_tokens / batch_tokens)
+
+    facts = CorpusFacts(pairs, mean_tokens, pass_batches, vocab_size=4000,
                         measure_step=measure_step)
     return resolve(config, facts), calls
 
@@ -117,6 +122,23 @@ def test_each_boundary_is_where_the_rule_says():
         under, _ = _resolved(seconds * 0.999 / 60, pairs=50_000_000)
         assert at.preset == larger, (larger, seconds)
         assert SIZE_LADDER.index(under.preset) < SIZE_LADDER.index(larger)
+
+
+def test_no_size_plans_more_updates_than_the_runs_epochs_allow():
+    """With a budget the run still stops at its epochs' last step (20 passes):
+    a budget longer than the tutorial size needs for them plans no more tokens
+    and no larger model than one that just lets it reach them."""
+    config, _ = _resolved(60, pairs=26_000)
+    assert config.epochs == 20
+    most = config.epochs * config.steps_per_epoch * config.size_rule["batch_tokens"]
+    assert config.size_rule["max_steps"] == config.epochs * config.steps_per_epoch
+    rows = config.size_rule["candidates"]
+    assert all(row["planned_tokens"] <= most for row in rows.values())
+    capped = [p for p, row in rows.items() if row["planned_tokens"] == most]
+    assert "small" in capped  # its 60 minutes would pass over the corpus more than 20 times
+    day, _ = _resolved(24 * 60, pairs=26_000)
+    assert day.preset == config.preset
+    assert day.size_rule["candidates"]["small"]["planned_tokens"] == most
 
 
 def test_a_small_corpus_caps_the_size():
@@ -209,8 +231,9 @@ def test_only_the_sizes_the_choice_needs_are_measured():
         rows = {p: ONE_CORE.tokens_per_second(token_cost(PRESETS[p], 4000, 12.0),
                                               config.size_rule["batch_tokens"])
                 for p in SIZE_LADDER}
+        most = config.epochs * config.steps_per_epoch * config.size_rule["batch_tokens"]
         fed = [p for p in SIZE_LADDER if sizing.candidate_row(
-            PRESETS[p], rows[p], minutes * 60.0, round(pairs * 12.0)
+            PRESETS[p], rows[p], minutes * 60.0, round(pairs * 12.0), most
         )["tokens_per_parameter"] >= TOKENS_PER_PARAMETER]
         return fed[-1] if fed else SIZE_LADDER[0]
 

@@ -56,11 +56,10 @@ REFERENCE_PRESET = "tutorial"
 SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # A size is trained when the budget gives it at least this many effective
 # tokens per body parameter: `bench/model_sizes.py`'s fit of
-# bench/results/model_sizes_zen4.json, where no larger size has beaten the
-# next smaller one yet; the highest ratio at which one lost was the 2.07 the
-# rule planned for `medium` against `tutorial` (BENCHMARKS.md, "The budget
-# chooses the model"). A lower bound: a measured win would bound it above.
-TOKENS_PER_PARAMETER = 2.1
+# bench/results/model_sizes_zen4.json (BENCHMARKS.md, "The budget chooses the
+# model"), the threshold with the fewest wrong choices over every comparison of
+# a size with the next smaller one.
+TOKENS_PER_PARAMETER = 2.2
 # Repeated passes over the corpus are worth a unique pass's tokens times
 # exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
 REPEAT_DECAY = 15.4
@@ -175,25 +174,30 @@ def effective_tokens(planned: float, corpus_tokens: float) -> float:
 
 
 def candidate_row(model: TransformerConfig, tokens_per_second: float, budget_seconds: float,
-                  corpus_tokens: int) -> dict:
-    """A size's tokens a second, its planned and effective tokens in the budget,
+                  corpus_tokens: int, max_tokens: float | None = None) -> dict:
+    """A size's tokens a second, its planned and effective tokens in the budget
+    (at most `max_tokens`, what the run's epochs allow, whatever the budget),
     its body parameters and their ratio (`tokens_per_parameter`)."""
     params = body_parameters(model)
-    effective = effective_tokens(tokens_per_second * budget_seconds, corpus_tokens)
+    planned = tokens_per_second * budget_seconds
+    if max_tokens is not None:
+        planned = min(planned, max_tokens)
+    effective = effective_tokens(planned, corpus_tokens)
     return {"tokens_per_second": round(tokens_per_second, 1),
-            "planned_tokens": round(tokens_per_second * budget_seconds),
+            "planned_tokens": round(planned),
             "effective_tokens": round(effective),
             "body_parameters": params,
             "tokens_per_parameter": round(effective / params, 3)}
 
 
 def climb(measure: Callable[[str], float], budget_seconds: float, base: TransformerConfig,
-          vocab_size: int, mean_tokens: float, batch_tokens: int, corpus_tokens: int
-          ) -> tuple[str, dict[str, float], dict[str, dict]]:
+          vocab_size: int, mean_tokens: float, batch_tokens: int, corpus_tokens: int,
+          max_steps: int | None = None) -> tuple[str, dict[str, float], dict[str, dict]]:
     """The largest size of the ladder the budget can feed, measuring no more
     sizes than that takes; the step seconds measured; every size's row
     (`candidate_row`, `"measured"` false for an estimate through the measured
-    sizes, `Speed.through`).
+    sizes, `Speed.through`). A run stops after `max_steps` updates (its epochs'),
+    however much of the budget is left: no size plans more.
 
     `measure(preset)` is the mean step seconds of a size at the run's batches.
     The smallest size is chosen when the next one cannot be fed, so the climb
@@ -204,9 +208,14 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
     def cost(preset):
         return token_cost(candidate_model(preset, base), vocab_size, mean_tokens)
 
-    def ratio(preset, tokens_per_second):
+    max_tokens = None if max_steps is None else max_steps * batch_tokens
+
+    def row(preset, tokens_per_second):
         return candidate_row(candidate_model(preset, base), tokens_per_second,
-                             budget_seconds, corpus_tokens)["tokens_per_parameter"]
+                             budget_seconds, corpus_tokens, max_tokens)
+
+    def ratio(preset, tokens_per_second):
+        return row(preset, tokens_per_second)["tokens_per_parameter"]
 
     chosen, seconds, bound = SIZE_LADDER[0], {}, None
     for preset in SIZE_LADDER[1:]:
@@ -221,8 +230,7 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
     for preset in SIZE_LADDER:
         rate = batch_tokens / seconds[preset] if preset in seconds else \
             speed.tokens_per_second(cost(preset), batch_tokens)
-        rows[preset] = {**candidate_row(candidate_model(preset, base), rate, budget_seconds,
-                                        corpus_tokens), "measured": preset in seconds}
+        rows[preset] = {**row(preset, rate), "measured": preset in seconds}
     return chosen, seconds, rows
 
 
@@ -265,7 +273,8 @@ def size_rule(config, measure: Callable[[str], float], vocab_size: int, mean_tok
     record of the choice for `config.json` (its `reason` is the log's line).
 
     Args:
-        config: the run's `RunConfig`, its batches and precision resolved.
+        config: the run's `RunConfig`, its batches, epochs and precision
+            resolved (its epochs' steps bound every size's tokens).
         measure: `measure(preset)`, the mean seconds of a training step of that
             size at the run's batches and precision on this machine
             (`transformer.run.calibration.measure_step`); called only for the
@@ -275,14 +284,16 @@ def size_rule(config, measure: Callable[[str], float], vocab_size: int, mean_tok
         corpus_tokens: the training pairs times their mean padded length.
     """
     batch_tokens = config.batch_tokens or round(config.batch_size * mean_tokens)
+    max_steps = config.epochs * config.steps_per_epoch \
+        if config.epochs and config.steps_per_epoch else None
     chosen, seconds, rows = climb(measure, config.time_budget, config.model, vocab_size,
-                                  mean_tokens, batch_tokens, corpus_tokens)
+                                  mean_tokens, batch_tokens, corpus_tokens, max_steps)
     sizes = PRESETS[chosen]
     reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
               f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {explain(chosen, rows)}")
     record = {"preset": chosen, "reason": reason,
               "step_seconds": {preset: round(value, 5) for preset, value in seconds.items()},
-              "batch_tokens": batch_tokens, "candidates": rows,
+              "batch_tokens": batch_tokens, "max_steps": max_steps, "candidates": rows,
               "tokens_per_parameter": TOKENS_PER_PARAMETER,
               "repeat_decay": REPEAT_DECAY,
               "corpus_tokens": int(corpus_tokens)}
