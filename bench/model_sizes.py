@@ -203,10 +203,16 @@ def fit(runs: list[dict]) -> dict:
         value = fewest_wrong(won, lost)
     else:
         value = None
-    wrong = (sum(r < value for r in won) + sum(r >= value for r in lost)) if value else None
+    wrong = wrong_choices(value, won, lost) if value else None
     return {"comparisons": comparisons,
             "tokens_per_parameter": {"above": above, "at_most": below, "fitted": value,
                                      "wrong_choices": wrong}}
+
+
+def wrong_choices(threshold: float, won: list[float], lost: list[float]) -> int:
+    """How many comparisons `threshold` gets wrong: a win below it (the smaller
+    size chosen) or a loss at or above it (the larger chosen)."""
+    return sum(r < threshold for r in won) + sum(r >= threshold for r in lost)
 
 
 def just_above(ratio: float) -> float:
@@ -228,7 +234,7 @@ def fewest_wrong(won: list[float], lost: list[float]) -> float:
     1.8
     """
     candidates = sorted(set(won) | {just_above(ratio) for ratio in lost})
-    wrong = {t: sum(r < t for r in won) + sum(r >= t for r in lost) for t in candidates}
+    wrong = {t: wrong_choices(t, won, lost) for t in candidates}
     least = min(wrong.values())
     return max(t for t in candidates if wrong[t] == least)
 
@@ -309,10 +315,10 @@ def fit_step_seconds(model, args) -> float:
     threads an op (0: TensorFlow's choice). The same timing for one replica and
     for several, so that their ratio is the strategy's alone."""
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from transformer.model import build_model
+    from transformer.run.calibration import random_batch
     from transformer.run.distribute import configure_cpu_devices
     from transformer.training import MaskedLoss
 
@@ -321,10 +327,8 @@ def fit_step_seconds(model, args) -> float:
     configure_cpu_devices(args.replicas)
     strategy = (tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
                 if args.replicas > 1 else tf.distribute.get_strategy())
-    rng = np.random.default_rng(0)
-    source = rng.integers(4, args.vocab, (args.pairs, args.length))
-    target = rng.integers(4, args.vocab, (args.pairs, args.length + 1))
-    batches = tf.data.Dataset.from_tensors(((source, target[:, :-1]), target[:, 1:])).repeat()
+    batches = tf.data.Dataset.from_tensors(
+        random_batch(args.vocab, args.pairs, args.length)).repeat()
     with strategy.scope():
         built = build_model(model, args.vocab, args.vocab)
         built.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())

@@ -62,8 +62,9 @@ TARGET_LENGTHS = {
 }
 
 
-def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def _run_parser() -> argparse.ArgumentParser:
     """The options of one run (its output first)."""
+    parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--lengths", choices=sorted(TARGET_LENGTHS), default="equal")
     parser.add_argument("--optimizer", choices=("sgd", "averaging-adam"), default="sgd")
@@ -85,10 +86,10 @@ def main(argv=None):
     strategy_parser.add_argument("--cpu-devices", type=int, default=None)
     if more:
         args = strategy_parser.parse_args(first)
-        runs = [_run_parser(argparse.ArgumentParser()).parse_args(part) for part in more]
+        runs = [_run_parser().parse_args(part) for part in more]
     else:
         args, rest = strategy_parser.parse_known_args(first)
-        runs = [_run_parser(argparse.ArgumentParser()).parse_args(rest)]
+        runs = [_run_parser().parse_args(rest)]
 
     from transformer.run.distribute import make_strategy
 

@@ -23,18 +23,24 @@ CALIBRATION_STEPS = 6
 CALIBRATION_WARMUP = 2
 
 
+def random_batch(vocab_size: int, pairs: int, length: int, seed: int = 0):
+    """`((source, decoder input), labels)`: `pairs` pairs of `length` random
+    token ids (no padding), a training batch of a given shape."""
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, vocab_size, (pairs, length))
+    target = rng.integers(4, vocab_size, (pairs, length + 1))
+    return (source, target[:, :-1]), target[:, 1:]
+
+
 def step_seconds(model: TransformerConfig, vocab_size: int, pairs: int, length: int,
                  steps: int | None = None, seed: int = 0) -> float:
     """The mean time of `steps` (default `CALIBRATION_STEPS`) training steps (after
     `CALIBRATION_WARMUP` untimed ones) of `model` on random batches of `pairs` pairs of `length` tokens, in
     the global dtype policy. Imports TensorFlow."""
     steps = steps or CALIBRATION_STEPS
-    rng = np.random.default_rng(seed)
-    source = rng.integers(4, vocab_size, (pairs, length))
-    target = rng.integers(4, vocab_size, (pairs, length + 1))
     built = build_model(model, vocab_size, vocab_size)
     built.compile(optimizer=keras.optimizers.Adam(1e-4), loss=MaskedLoss())
-    inputs, labels = (source, target[:, :-1]), target[:, 1:]
+    inputs, labels = random_batch(vocab_size, pairs, length, seed)
     for _ in range(CALIBRATION_WARMUP):
         built.train_on_batch(inputs, labels)
     started = time.perf_counter()
