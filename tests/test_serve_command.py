@@ -109,6 +109,26 @@ def test_hostile_requests_get_a_4xx_within_seconds_and_memory_stays_bounded(serv
     assert _peak_memory(process.pid) < 3 * GIB
 
 
+def test_a_client_still_sending_a_body_over_the_limit_reads_the_413(server):
+    """The server answers 413 before the body has arrived; closing then with the
+    body unread would reset the connection under a client that is still
+    sending (as `requests` and http.client do), which would see an error
+    instead of the answer. Declared and chunked bodies of 1.5-8 MiB."""
+    _, address = server
+    sizes = [(3 << 19) + i * (340 << 10) for i in range(20)]
+    for size in sizes:
+        status, body, _ = request(address, raw=b"x" * size)
+        assert status == 413 and "max-body" in json.loads(body)["error"], (size, status)
+    connection = http.client.HTTPConnection(*address, timeout=60)
+    try:
+        connection.request("POST", "/translate", body=(b"x" * (1 << 16) for _ in range(64)),
+                           headers={"Content-Type": "application/json", "X-API-Key": KEY},
+                           encode_chunked=True)
+        assert connection.getresponse().status == 413
+    finally:
+        connection.close()
+
+
 def test_sigterm_under_load_answers_every_request_taken_and_exits_0(server):
     process, address = server
     answers = []

@@ -40,7 +40,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -65,6 +65,9 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _PATHS = ("/translate", "/health", "/metrics", "/openapi.json")
 # The status of a request whose client left before its answer (nginx's convention).
 CLIENT_CLOSED = 499
+# Bytes of a body over `max_body` that are read and dropped before the 413, in
+# bodies of `max_body` (see `_body`).
+DRAIN_BODIES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +186,7 @@ def _endpoint(handler, needs_key: bool = True):
             if err.status == 401:
                 headers = {"WWW-Authenticate": "Bearer"}
             response = _json(err.status, {"error": str(err)}, request_id, headers)
-        except _ClientGone:
+        except (_ClientGone, ClientDisconnect):
             response, detail = Response(status_code=CLIENT_CLOSED), "the client left"
         except Exception:  # noqa: BLE001 - the server's fault: logged, never shown
             logger.exception("Request %s failed.", request_id)
@@ -216,26 +219,45 @@ async def _body(request: Request, settings: ServerSettings) -> bytes:
         raise RequestError(415, "the body must be JSON: Content-Type: application/json")
     max_body = settings.limits.max_body
     length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > max_body:
-        raise RequestError(413, f"the body has {length} bytes: at most {max_body} (the "
-                                "server's --max-body)")
-    try:
-        return await asyncio.wait_for(_read(request, max_body), settings.body_seconds)
-    except asyncio.TimeoutError:
-        raise RequestError(408, f"the body took more than {settings.body_seconds:g} seconds "
-                                "to arrive") from None
+    stream = request.stream()
+    body = None
+    if not (length.isdigit() and int(length) > max_body):
+        try:
+            body = await asyncio.wait_for(_read(stream, max_body), settings.body_seconds)
+        except asyncio.TimeoutError:
+            raise RequestError(408, f"the body took more than {settings.body_seconds:g} "
+                                    "seconds to arrive") from None
+    if body is not None:
+        return body
+    # Over the limit. A client that is still sending would meet a reset
+    # connection instead of the 413 if the server closed now with its body
+    # unread, so the rest is read and dropped: at most DRAIN_BODIES bodies'
+    # bytes, within the body's time.
+    with contextlib.suppress(asyncio.TimeoutError, ClientDisconnect):
+        await asyncio.wait_for(_drain(stream, DRAIN_BODIES * max_body), settings.body_seconds)
+    size = length if length.isdigit() else f"more than {max_body}"
+    raise RequestError(413, f"the body has {size} bytes: at most {max_body} (the server's "
+                            "--max-body)")
 
 
-async def _read(request: Request, max_body: int) -> bytes:
-    """The body's chunks, joined; 413 as soon as they pass `max_body` bytes."""
+async def _read(stream, max_body: int) -> bytes | None:
+    """The body's chunks, joined; None as soon as they pass `max_body` bytes."""
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in stream:
         size += len(chunk)
         if size > max_body:
-            raise RequestError(413, f"the body has more than {max_body} bytes (the server's "
-                                    "--max-body)")
+            return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _drain(stream, max_bytes: int) -> None:
+    """Reads and drops the body's chunks until it ends or `max_bytes` pass."""
+    size = 0
+    async for chunk in stream:
+        size += len(chunk)
+        if size > max_bytes:
+            return
 
 
 async def _disconnected(request: Request) -> None:
