@@ -45,6 +45,21 @@ def test_parameter_count_is_the_projects_at_its_architecture():
     assert configs.parameter_count(configs.recipe(DATA, "m"), 8000) == 13_108_224
 
 
+def test_the_fair_peer_takes_the_presets_architecture_and_the_runs_other_settings(tmp_path):
+    """`--preset small` gives JoeyNMT the sizes the size rule would train, with
+    the real-text run's norms and tying; its count equals JoeyNMT's at them."""
+    default, _ = run.project_model(tmp_path, 800)
+    small, parameters = run.project_model(tmp_path, 800, "small")
+    assert (small["num_layers"], small["d_model"], small["num_heads"], small["dff"]) == \
+        (2, 128, 8, 512) != (default["num_layers"], default["d_model"], default["num_heads"],
+                             default["dff"])
+    assert (small["normalize_first"], small["tie_embeddings"]) == \
+        (default["normalize_first"], default["tie_embeddings"])
+    assert configs.parameter_count(configs.recipe_arch(DATA, "m", small), 800) == parameters
+    with pytest.raises(SystemExit):
+        run.parse_args(["--setup", "cpu", "--minutes", "1", "--preset", "huge"])
+
+
 @pytest.mark.parametrize("warmup", [50, 1000, 4000])
 def test_cpu_schedule_peaks_at_the_projects_rate_and_starts_at_its_first_step(warmup):
     training = configs.cpu(DATA, "m", ARCH, warmup=warmup)["training"]

@@ -57,6 +57,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import configs  # noqa: E402
 from common import BenchError, bleu_all_ways, copyable_share, machine, pinned  # noqa: E402
 
+from transformer.model_config import PRESETS  # noqa: E402
+
 logger = logging.getLogger("peer_joeynmt")
 
 PEER_PYTHON = HERE / ".venv" / "bin" / "python"
@@ -115,20 +117,23 @@ def prepare_data(corpus: Path, out: Path, train_pairs=None, test_pairs=None,
     }
 
 
-def project_model(corpus: Path, vocab_size: int) -> tuple[dict, int]:
-    """This project's default real-text model (`train.py --data --valid --test`):
-    its architecture and its parameters with `vocab_size` pieces, counted by
-    building it with the package."""
+def project_model(corpus: Path, vocab_size: int, preset: str | None = None) -> tuple[dict, int]:
+    """This project's real-text model (`train.py --data --valid --test`), at
+    `preset`'s sizes when given (as the size rule sets them): its architecture
+    and its parameters with `vocab_size` pieces, counted by building it with
+    the package."""
     import tensorflow as tf
 
     from transformer.model import build_model
     from transformer.run.config import RunConfig
+    from transformer.run.sizing import candidate_model
 
     config = RunConfig(data=str(corpus / "train.tsv"), valid=str(corpus / "valid.tsv"),
                        test=str(corpus / "test.tsv"))
-    architecture = {name: getattr(config.model, name) for name in (
+    model_config = config.model if preset is None else candidate_model(preset, config.model)
+    architecture = {name: getattr(model_config, name) for name in (
         "num_layers", "d_model", "num_heads", "dff", "normalize_first", "tie_embeddings")}
-    model = build_model(config.model, vocab_size, vocab_size)
+    model = build_model(model_config, vocab_size, vocab_size)
     tokens = tf.ones((1, 4), tf.int64)
     model((tokens, tokens), training=False)
     return architecture, int(model.count_params())
@@ -253,6 +258,11 @@ def parse_args(argv=None):
                         help="JoeyNMT's validations count towards --minutes (default: its "
                              "training batches only, validations on top, as train.py's "
                              "--time-budget counts its training only)")
+    parser.add_argument("--preset", default=None, choices=PRESETS,
+                        help="recipe_arch and cpu set-ups: the architecture of this project's "
+                             "preset PRESET (the size rule's choice for the corpus and "
+                             "budget: `size_rule.preset` of a run's config.json) instead of "
+                             "the real-text default's")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--work-dir", type=Path, default=REPO / "runs" / "peer_joeynmt")
     parser.add_argument("--json", type=Path, default=None)
@@ -277,7 +287,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = parse_args(argv)
     sliced = bool(args.train_pairs or args.test_pairs)
-    tag = f"{args.setup}_{args.minutes:g}min" + ("_slice" if sliced else "")
+    preset = f"_{args.preset}" if args.preset else ""
+    tag = f"{args.setup}{preset}_{args.minutes:g}min" + ("_slice" if sliced else "")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     run_dir = args.work_dir / f"{tag}_{stamp}"
     data_dir = args.work_dir / f"data_train{args.train_pairs or 'all'}_test{args.test_pairs or 'all'}"
@@ -285,7 +296,7 @@ def main(argv=None) -> int:
     try:
         data = prepare_data(args.corpus, data_dir, args.train_pairs, args.test_pairs,
                             args.valid_subset, args.seed)
-        architecture, project_parameters = project_model(args.corpus, data["vocab_size"])
+        architecture, project_parameters = project_model(args.corpus, data["vocab_size"], args.preset)
         run_dir.mkdir(parents=True)
         config = build_config(args.setup, data, run_dir / "model", architecture, args)
         logger.info("Training %s for %g min on core %d in %s", args.setup, args.minutes,
