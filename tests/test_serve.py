@@ -450,6 +450,23 @@ def test_a_client_that_leaves_cancels_its_request(gated, caplog):
     assert any(" 499 " in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("length", [100, 1 << 24], ids=["within", "over_max_body"])
+def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_a_server_failure(
+        gated, caplog, length):
+    address = gated[0]
+    with caplog.at_level(logging.INFO, logger="transformer.serving"):
+        with socket.create_connection(address[:2]) as leaving:
+            leaving.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                            b"application/json\r\nContent-Length: %d\r\n\r\n{\"te" % length)
+            time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while not any(" 499 " in r.getMessage() for r in caplog.records) and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert any(" 499 " in r.getMessage() for r in caplog.records)
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records)
+
+
 def _raw(address, data: bytes, seconds: float = 5.0) -> bytes:
     """What the server sends back to `data` on a raw connection until it closes it."""
     with socket.create_connection(address[:2], timeout=seconds) as connection:

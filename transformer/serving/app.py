@@ -233,7 +233,7 @@ async def _body(request: Request, settings: ServerSettings) -> bytes:
     # connection instead of the 413 if the server closed now with its body
     # unread, so the rest is read and dropped: at most DRAIN_BODIES bodies'
     # bytes, within the body's time.
-    with contextlib.suppress(asyncio.TimeoutError, ClientDisconnect):
+    with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(_drain(stream, DRAIN_BODIES * max_body), settings.body_seconds)
     size = length if length.isdigit() else f"more than {max_body}"
     raise RequestError(413, f"the body has {size} bytes: at most {max_body} (the server's "
