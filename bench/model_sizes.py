@@ -193,7 +193,10 @@ def fit(runs: list[dict]) -> dict:
             (won if wins else lost).append(ratio)
             comparisons.append({"corpus": corpus, "minutes": minutes, "smaller": smaller,
                                 "larger": larger, "bleu": mean, "larger_wins": wins,
-                                "larger_tokens_per_parameter": round(ratio, 3)})
+                                "larger_tokens_per_parameter": round(ratio, 3),
+                                "updates": {s: round(statistics.mean(r["updates"] for r in
+                                                                     sizes[s]))
+                                            for s in (smaller, larger)}})
     above, below = (max(lost) if lost else None), (min(won) if won else None)
     if above and below and above < below:
         value = round((above * below) ** 0.5, 2)
