@@ -2,7 +2,8 @@
 
 A new run (its own directory, its own data) starts from the weights that
 RUN delivered (`model.keras`: its moving average, or its best or averaged
-weights, as RUN chose) and from RUN's tokenizers, with a fresh optimizer and
+weights, as RUN chose; `transformer.run.checkpoints.load_parent_weights`
+loads them) and from RUN's tokenizers, with a fresh optimizer and
 learning-rate schedule. The settings that make the model and its vocabulary
 (`INHERITED_FIELDS` and the model's sizes) come from RUN's `config.json`; a
 choice that contradicts them is refused in one line. Everything else (the
@@ -110,14 +111,6 @@ def parent_facts(init_from) -> dict[str, Any]:
     metrics = rundir.read_json(metrics_path) if metrics_path.is_file() else {}
     return {"run_dir": str(init_from), "weights_sha256": metrics.get("weights_sha256"),
             FINGERPRINT_KEY: record.get(FINGERPRINT_KEY)}
-
-
-def load_parent_weights(model, init_from) -> None:
-    """Sets `model`'s weights to those the parent run delivered (its `model.keras`)."""
-    import keras  # not at import: the config is read before TensorFlow starts
-
-    parent = keras.saving.load_model(Path(init_from) / rundir.MODEL_FILE, compile=False)
-    model.set_weights(parent.get_weights())
 
 
 def _refuse(init_from, name: str, theirs, given) -> None:

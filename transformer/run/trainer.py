@@ -36,7 +36,7 @@ from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.decoding.translator import export_translator
 from transformer.model import build_model
-from transformer.run.adapt import load_parent_weights, parent_facts
+from transformer.run.adapt import parent_facts
 from transformer.run.allocator import use_fast_allocators
 from transformer.run.calibration import measure_step
 from transformer.run.callbacks import (
@@ -55,7 +55,12 @@ from transformer.run.callbacks import (
     restore_best,
     target_tokens_per_step,
 )
-from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
+from transformer.run.checkpoints import (
+    average_weights,
+    load_parent_weights,
+    open_checkpoints,
+    resume_checkpoint,
+)
 from transformer.run.config import (
     RunConfig,
     check_resumable,
