@@ -48,11 +48,11 @@ def _weights(path):
 def test_an_adapted_run_starts_from_the_parents_weights_with_a_fresh_optimizer(
         parent, tmp_path, monkeypatch):
     from transformer import run
-    from transformer.run import adapt
+    from transformer.run import checkpoints
 
     parent_dir, parent_result, new_tsv = parent
     started = {}
-    original = adapt.load_parent_weights
+    original = checkpoints.load_parent_weights
 
     def spy(model, init_from):
         original(model, init_from)

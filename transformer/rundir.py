@@ -17,7 +17,8 @@ the notebooks read it. Nothing else needs to know the file names::
 
 `check_run_dir` is what a translator checks; `prepare_run_dir` decides whether
 `train` may start or resume in one and removes what an interrupted write left,
-`check_data_unchanged` whether the data of a resume are the run's;
+`check_data_unchanged` whether the data of a resume are the run's,
+`parent_run` whether a new run may start from a finished one (`--init-from`);
 every file is written through `replace_atomically`, so that an interruption at
 any moment leaves it usable. Standard library only: `translate.py` reads it
 before TensorFlow starts.
@@ -162,6 +163,33 @@ def read_json(path) -> dict[str, Any]:
         raise RunDirError(f"{str(path)!r} is not valid JSON: {err}") from err
     except OSError as err:
         raise RunDirError(f"Cannot read {str(path)!r}: {err}") from err
+
+
+def parent_run(run_dir, needed=()) -> dict[str, Any]:
+    """The `config.json` record of a finished run to start a new one from
+    (`--init-from`, `transformer.run.adapt`), which holds the keys `needed`.
+
+    Raises:
+        RunDirError: `run_dir` is not a finished run (no config.json,
+            model.keras or tokenizers), or its config.json predates the
+            settings it hands on, in one line.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise RunDirError(
+            f"--init-from {str(run_dir)!r}: not a run directory (it has no {CONFIG_FILE}).")
+    for name in (MODEL_FILE, TOKENIZERS_DIR):
+        if not (run_dir / name).exists():
+            raise RunDirError(
+                f"--init-from {str(run_dir)!r}: the run has no {name}, so it has not "
+                "finished; finish it with --resume first.")
+    record = read_json(run_dir / CONFIG_FILE)
+    missing = [name for name in needed if name not in record]
+    if missing:
+        raise RunDirError(
+            f"--init-from {str(run_dir)!r}: its {CONFIG_FILE} has no {missing}; it was "
+            "written by an older version of this code, whose runs cannot be adapted.")
+    return record
 
 
 def run_files(run_dir: Path) -> list[str]:

@@ -2,13 +2,15 @@
 
 A new run (its own directory, its own data) starts from the weights that
 RUN delivered (`model.keras`: its moving average, or its best or averaged
-weights, as RUN chose) and from RUN's tokenizers, with a fresh optimizer and
+weights, as RUN chose; `transformer.run.checkpoints.load_parent_weights`
+loads them) and from RUN's tokenizers, with a fresh optimizer and
 learning-rate schedule. The settings that make the model and its vocabulary
 (`INHERITED_FIELDS` and the model's sizes) come from RUN's `config.json`; a
 choice that contradicts them is refused in one line. Everything else (the
 data, the schedule, the batches, the budget) is the new run's own, with the
-recipe's defaults. The new run's `config.json` names RUN and the
-fingerprints of RUN's weights and data (`PARENT_KEY`).
+recipe's defaults. RUN must be a finished run (`transformer.rundir.parent_run`),
+and the new run's `config.json` names RUN and the fingerprints of RUN's
+weights and data (`transformer.run.config.PARENT_KEY`).
 
 Text outside RUN's vocabulary is tokenized as its tokenizer does with any
 text: SentencePiece splits an unseen word into known pieces down to single
@@ -18,50 +20,23 @@ characters, and a character it never saw becomes the unknown piece.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from transformer import rundir
 from transformer.model_config import TransformerConfig
-from transformer.rundir import FINGERPRINT_KEY
 
 # The settings a run started from RUN takes from RUN: its vocabulary and model.
 INHERITED_FIELDS = ("preset", "tokenizer", "subword_model", "vocab_size", "shared_vocab",
                     "lower_case", "max_tokens")
-# The key of config.json that names the parent run.
-PARENT_KEY = "init_from_run"
+# What RUN's config.json must hold to be adapted (`transformer.rundir.parent_run`).
+PARENT_FIELDS = (*INHERITED_FIELDS, "model")
 
 
-def parent_run(run_dir) -> dict:
-    """The `config.json` record of a finished run to start from.
-
-    Raises:
-        transformer.rundir.RunDirError: `run_dir` is not a finished run (no
-            config.json, model.keras or tokenizers), or its config.json
-            predates the settings it hands on, in one line.
-    """
-    run_dir = Path(run_dir)
-    if not (run_dir / rundir.CONFIG_FILE).is_file():
-        raise rundir.RunDirError(
-            f"--init-from {str(run_dir)!r}: not a run directory (it has no "
-            f"{rundir.CONFIG_FILE}).")
-    for needed in (rundir.MODEL_FILE, rundir.TOKENIZERS_DIR):
-        if not (run_dir / needed).exists():
-            raise rundir.RunDirError(
-                f"--init-from {str(run_dir)!r}: the run has no {needed}, so it has not "
-                "finished; finish it with --resume first.")
-    record = rundir.read_json(run_dir / rundir.CONFIG_FILE)
-    missing = [name for name in (*INHERITED_FIELDS, "model") if name not in record]
-    if missing:
-        raise rundir.RunDirError(
-            f"--init-from {str(run_dir)!r}: its {rundir.CONFIG_FILE} has no {missing}; it was "
-            "written by an older version of this code, whose runs cannot be adapted.")
-    return record
-
-
-def _parent_settings(record: dict) -> dict[str, Any]:
-    """The inherited settings of a parent's record, the model as a `TransformerConfig`
-    and `max_tokens` as a number (None there is the model's `max_length`)."""
+def _parent_settings(init_from) -> dict[str, Any]:
+    """The inherited settings of the run `init_from` (its `config.json`), the
+    model as a `TransformerConfig` and `max_tokens` as a number (None there is
+    the model's `max_length`)."""
+    record = rundir.parent_run(init_from, PARENT_FIELDS)
     settings = {name: record[name] for name in INHERITED_FIELDS}
     settings["model"] = TransformerConfig.from_dict(record["model"])
     if settings["max_tokens"] is None:
@@ -77,7 +52,7 @@ def inherited_settings(config) -> dict[str, Any]:
         ValueError: `config` sets an inherited field, or a model size, to
             another value than the parent's (naming both).
     """
-    parent = _parent_settings(parent_run(config.init_from))
+    parent = _parent_settings(config.init_from)
     inherited = {}
     for name in INHERITED_FIELDS:
         given, theirs = getattr(config, name), parent[name]
@@ -99,25 +74,7 @@ def inherited_settings(config) -> dict[str, Any]:
 def parent_model(init_from, **overrides) -> TransformerConfig:
     """The parent's `TransformerConfig` with `overrides` (a model size given
     on the command line; `inherited_settings` refuses one that differs)."""
-    return dataclasses.replace(_parent_settings(parent_run(init_from))["model"], **overrides)
-
-
-def parent_facts(init_from) -> dict[str, Any]:
-    """What the new run's config.json records of its parent: its directory,
-    the fingerprint of the weights it delivered and of its data."""
-    record = parent_run(init_from)
-    metrics_path = Path(init_from) / rundir.METRICS_JSON
-    metrics = rundir.read_json(metrics_path) if metrics_path.is_file() else {}
-    return {"run_dir": str(init_from), "weights_sha256": metrics.get("weights_sha256"),
-            FINGERPRINT_KEY: record.get(FINGERPRINT_KEY)}
-
-
-def load_parent_weights(model, init_from) -> None:
-    """Sets `model`'s weights to those the parent run delivered (its `model.keras`)."""
-    import keras  # not at import: the config is read before TensorFlow starts
-
-    parent = keras.saving.load_model(Path(init_from) / rundir.MODEL_FILE, compile=False)
-    model.set_weights(parent.get_weights())
+    return dataclasses.replace(_parent_settings(init_from)["model"], **overrides)
 
 
 def _refuse(init_from, name: str, theirs, given) -> None:

@@ -1,4 +1,5 @@
-"""A run's checkpoints: what they hold, resuming from the latest, averaging the weights.
+"""A run's checkpoints: what they hold, resuming from the latest, averaging the weights;
+and the weights a run adapting another starts from (`load_parent_weights`).
 
 A checkpoint holds the model, the optimizer (whose `iterations` is the
 schedule's step), `train_seconds`, the training time so far, so that a
@@ -18,6 +19,7 @@ import logging
 import re
 from pathlib import Path
 
+import keras
 import tensorflow as tf
 
 from transformer import rundir
@@ -155,6 +157,13 @@ def restore_checkpoint(checkpoint: tf.train.Checkpoint, path: str) -> None:
             f"be read ({detail}). Was the model or the code changed? Start a new run in "
             "another output directory."
         ) from None
+
+
+def load_parent_weights(model, init_from) -> None:
+    """Sets `model`'s weights to those the run `init_from` delivered (its
+    `model.keras`): where a new run adapting it starts (`transformer.run.adapt`)."""
+    parent = keras.saving.load_model(Path(init_from) / rundir.MODEL_FILE, compile=False)
+    model.set_weights(parent.get_weights())
 
 
 def average_last_checkpoints(

@@ -38,7 +38,7 @@ The versions, and what an older file means for the fields it lacks:
     current defaults of both fields (its vocabulary is saved, its files whole).
 13. `restore_best_weights`, `patience` (older: the last weights, no early
     stop), `init_from` and, for a run started from another, the record of
-    it (`transformer.run.adapt.PARENT_KEY`).
+    it (`PARENT_KEY`).
 14. `size_rule`, the record of the model the time budget chose
     (`transformer.run.sizing`; older: none, the model was given or the recipe's).
 """
@@ -61,7 +61,7 @@ from transformer.constants import (
 from transformer.data.source import DATASETS, VOCAB_SAMPLE_PAIRS
 from transformer.data.splits import MAX_HELD_OUT
 from transformer.model_config import PRESETS, TransformerConfig
-from transformer.run.adapt import PARENT_KEY
+from transformer.run.adapt import PARENT_FIELDS
 from transformer.run.config_checks import check_config
 from transformer.run.precision import PRECISIONS, explain_default_precision
 from transformer.run.recipes import (
@@ -421,6 +421,8 @@ class RunConfig:
 
 CONFIG_FORMAT_VERSION = 14
 
+# The key of config.json that records the run a run started from (`init_from`).
+PARENT_KEY = "init_from_run"
 # Keys of config.json that are facts about the run rather than settings.
 FACT_KEYS = frozenset({"input_vocab_size", "target_vocab_size", "format_version",
                        FINGERPRINT_KEY, PARENT_KEY})
@@ -501,17 +503,31 @@ def load_config(run_dir) -> RunConfig:
 
 
 def write_config(run_dir, config: RunConfig, input_vocab_size: int, target_vocab_size: int,
-                 fingerprint: dict, parent: dict | None = None) -> None:
+                 fingerprint: dict) -> None:
     """Writes `config.json` once, when the run's config is resolved: the settings,
     the vocabulary sizes, the data's fingerprint, the format version and, for a
-    run started from another, the record of that one (`parent`)."""
+    run started from another (`init_from`), the record of that one (`PARENT_KEY`).
+
+    Raises:
+        transformer.rundir.RunDirError: `init_from` is not a finished run.
+    """
     record = config.to_dict()
     record.update(input_vocab_size=input_vocab_size, target_vocab_size=target_vocab_size,
                   format_version=CONFIG_FORMAT_VERSION)
     record[FINGERPRINT_KEY] = fingerprint
-    if parent is not None:
-        record[PARENT_KEY] = parent
+    if config.init_from:
+        record[PARENT_KEY] = _parent_record(config.init_from)
     rundir.write_json_atomic(Path(run_dir) / rundir.CONFIG_FILE, record)
+
+
+def _parent_record(init_from) -> dict[str, Any]:
+    """What config.json records of the run a run started from: its directory,
+    the fingerprint of the weights it delivered and of its data."""
+    parent = rundir.parent_run(init_from, PARENT_FIELDS)
+    metrics_path = Path(init_from) / rundir.METRICS_JSON
+    metrics = rundir.read_json(metrics_path) if metrics_path.is_file() else {}
+    return {"run_dir": str(init_from), "weights_sha256": metrics.get("weights_sha256"),
+            FINGERPRINT_KEY: parent.get(FINGERPRINT_KEY)}
 
 
 def legacy_sampling_plan(record: dict) -> dict | None:

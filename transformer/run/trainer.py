@@ -36,7 +36,6 @@ from transformer.data.source import CorpusSource
 from transformer.data.tokenizers import build_tokenizers, load_tokenizers, save_tokenizers
 from transformer.decoding.translator import export_translator
 from transformer.model import build_model
-from transformer.run.adapt import load_parent_weights, parent_facts
 from transformer.run.allocator import use_fast_allocators
 from transformer.run.calibration import measure_step
 from transformer.run.callbacks import (
@@ -55,7 +54,12 @@ from transformer.run.callbacks import (
     restore_best,
     target_tokens_per_step,
 )
-from transformer.run.checkpoints import average_weights, open_checkpoints, resume_checkpoint
+from transformer.run.checkpoints import (
+    average_weights,
+    load_parent_weights,
+    open_checkpoints,
+    resume_checkpoint,
+)
 from transformer.run.config import (
     RunConfig,
     check_resumable,
@@ -202,8 +206,7 @@ def train(config: RunConfig, resume: bool = False, verbose="auto", export=True) 
         keras.mixed_precision.set_global_policy(config.precision)
         if session.chief:  # once the data are ready: a run with config.json can resume
             write_config(session.run_dir, config, data.input_vocab_size,
-                         data.target_vocab_size, data.fingerprint,
-                         parent_facts(config.init_from) if config.init_from else None)
+                         data.target_vocab_size, data.fingerprint)
         state = _build_model(session, config, data)
         history, final_step = _fit(session, config, data, state, verbose)
         average_weights(state.checkpoint, state.checkpoint_manager,
