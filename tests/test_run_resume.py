@@ -20,6 +20,16 @@ from transformer import rundir
 from transformer.rundir import RunDirError
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_test_evaluation():
+    """No test here reads a run's test evaluation: the runs skip it
+    (`conftest.without_test_evaluation`); the weights are made before it."""
+    from conftest import without_test_evaluation
+
+    with without_test_evaluation():
+        yield
+
+
 @pytest.fixture(scope="module")
 def resume_tsv(tmp_path_factory):
     """A private copy of tiny TSV files (some tests edit them)."""
