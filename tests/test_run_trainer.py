@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import without_test_evaluation
 
 from transformer.rundir import RunDirError
 
@@ -67,11 +68,13 @@ class Interrupted(Exception):
 
 @pytest.fixture(scope="module")
 def reference_run(tiny_tsv, tmp_path_factory):
-    """Three uninterrupted epochs of the tiny settings, seed 0."""
+    """Three uninterrupted epochs of the tiny settings, seed 0 (its weights are
+    compared; its test evaluation is skipped)."""
     from transformer import run
 
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    return run.train(tiny_config(tiny_tsv, run_dir, epochs=3), verbose=0, export=False)
+    with without_test_evaluation():
+        return run.train(tiny_config(tiny_tsv, run_dir, epochs=3), verbose=0, export=False)
 
 
 def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, reference_run):
@@ -132,7 +135,8 @@ def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplo
     assert average > MAX_CHECKPOINTS_KEPT
     config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2,
                          average_checkpoints=average)
-    with caplog.at_level("INFO", logger="transformer.run.checkpoints"):
+    with caplog.at_level("INFO", logger="transformer.run.checkpoints"), \
+            without_test_evaluation():
         run.train(config, verbose=0, export=False)
     # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last four are averaged.
     assert "Averaged the weights of the last 4 checkpoints (steps 5, 6, 8, 10)" in caplog.text
@@ -156,8 +160,9 @@ def test_another_seed_gives_another_run(tiny_tsv, tmp_path, reference_run):
     with identical weights. Here, seed 1 must end elsewhere."""
     from transformer import run
 
-    other = run.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=3, seed=1), verbose=0,
-                           export=False)
+    with without_test_evaluation():
+        other = run.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=3, seed=1), verbose=0,
+                          export=False)
     assert other.final_step == reference_run.final_step
     assert other.weights_sha256 != reference_run.weights_sha256
 
@@ -282,7 +287,7 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
     from transformer import run, rundir
     from transformer.run import trainer
 
-    pause = 1.5
+    pause = 0.5  # ten times the tolerance below: counted, it would show
 
     def slowly(function):
         def slow(*args, **kwargs):
@@ -321,13 +326,14 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
     assert tf.train.load_variable(latest, "train_seconds/.ATTRIBUTES/VARIABLE_VALUE") > 0
 
     caplog.clear()
-    with caplog.at_level("INFO", logger="transformer"):
+    with caplog.at_level("INFO", logger="transformer"), without_test_evaluation():
         again = run.train(run.load_config(run_dir), resume=True, verbose=0, export=False)
     assert (again.initial_step, again.final_step) == (1, 1)
     assert "already used its time budget" in caplog.text
 
-    finished = run.train(config.replace(time_budget=None), resume=True, verbose=0,
-                         export=False)
+    with without_test_evaluation():
+        finished = run.train(config.replace(time_budget=None), resume=True, verbose=0,
+                             export=False)
     assert (finished.initial_step, finished.final_step) == (1, 10)
     assert rundir.read_json(run_dir / rundir.METRICS_JSON)["train_seconds"] > seconds
 
@@ -341,12 +347,12 @@ def test_a_decay_to_zero_ends_with_the_time_budget_and_with_the_epochs(tiny_tsv,
     from transformer import run
     from transformer.training import CustomSchedule
 
-    stopped = run.train(tiny_config(tiny_tsv, tmp_path / "budget", epochs=2, time_budget=1e-9,
-                                    decay=decay), verbose=0, export=False)
+    with without_test_evaluation():
+        stopped = run.train(tiny_config(tiny_tsv, tmp_path / "budget", epochs=2,
+                                        time_budget=1e-9, decay=decay), verbose=0, export=False)
+        full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
+                         verbose=0, export=False)
     assert stopped.final_step == 1 and stopped.history["learning_rate"] == [0.0]
-
-    full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
-                     verbose=0, export=False)
     config = full.config
     assert config.decay == decay and full.final_step == 10
     schedule = CustomSchedule(16, 10, peak_learning_rate=(16 * 10) ** -0.5, total_steps=10,
