@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import keras
 import numpy as np
 import pytest
@@ -124,22 +126,42 @@ def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, ref
     assert again.evaluation.exact_match == resumed.evaluation.exact_match
 
 
-def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplog):
+@pytest.fixture(scope="module")
+def averaged_run(tiny_tsv, tmp_path_factory):
+    """Two epochs (10 steps) with the linear decay, a checkpoint every 2 steps and
+    model.keras the mean of the last 4: `(result, what transformer.run.checkpoints
+    logged)`. test_the_model_is_the_mean_of_the_last_checkpoints reads its
+    checkpoints; the linear case of test_a_decay_to_zero_... its rates, which the
+    averaging, after the fit, leaves alone."""
+    from transformer import run
+
+    lines = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("transformer.run.checkpoints")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    config = tiny_config(tiny_tsv, tmp_path_factory.mktemp("averaged") / "run", epochs=2,
+                         checkpoint_every=2, average_checkpoints=4, decay="linear")
+    try:
+        with without_test_evaluation():
+            return run.train(config, verbose=0, export=False), "\n".join(lines)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_the_model_is_the_mean_of_the_last_checkpoints(averaged_run):
     """Section 6.1: model.keras holds the mean of the last checkpoints' weights,
     also of more checkpoints than a run keeps without averaging."""
-    from transformer import run
     from transformer.run.checkpoints import MAX_CHECKPOINTS_KEPT
 
-    run_dir = tmp_path / "run"
-    average = 4
-    assert average > MAX_CHECKPOINTS_KEPT
-    config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2,
-                         average_checkpoints=average)
-    with caplog.at_level("INFO", logger="transformer.run.checkpoints"), \
-            without_test_evaluation():
-        run.train(config, verbose=0, export=False)
+    result, log = averaged_run
+    run_dir = result.run_dir
+    assert result.config.average_checkpoints == 4 > MAX_CHECKPOINTS_KEPT
     # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last four are averaged.
-    assert "Averaged the weights of the last 4 checkpoints (steps 5, 6, 8, 10)" in caplog.text
+    assert "Averaged the weights of the last 4 checkpoints (steps 5, 6, 8, 10)" in log
     averaged, step = load_weights(run_dir)
     assert step == 10
     model = keras.saving.load_model(run_dir / "model.keras")
@@ -340,7 +362,7 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
 
 @pytest.mark.parametrize("decay", ["linear", "cooldown"])
 def test_a_decay_to_zero_ends_with_the_time_budget_and_with_the_epochs(tiny_tsv, tmp_path,
-                                                                       decay):
+                                                                       decay, request):
     """With a budget, the rate is zero when the budget runs out (its share of the
     budget, restored with the checkpoint's seconds on --resume); without one, at
     the last of the epochs' steps."""
@@ -350,8 +372,11 @@ def test_a_decay_to_zero_ends_with_the_time_budget_and_with_the_epochs(tiny_tsv,
     with without_test_evaluation():
         stopped = run.train(tiny_config(tiny_tsv, tmp_path / "budget", epochs=2,
                                         time_budget=1e-9, decay=decay), verbose=0, export=False)
-        full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
-                         verbose=0, export=False)
+        if decay == "linear":  # the same two epochs, averaged after the fit
+            full = request.getfixturevalue("averaged_run")[0]
+        else:
+            full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
+                             verbose=0, export=False)
     assert stopped.final_step == 1 and stopped.history["learning_rate"] == [0.0]
     config = full.config
     assert config.decay == decay and full.final_step == 10
