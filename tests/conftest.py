@@ -33,6 +33,7 @@ and the others follow in their usual order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 from pathlib import Path
@@ -121,6 +122,21 @@ def write_toy_tsv(directory, seed=0, n_train=200, n_valid=16, n_test=16):
         write_tsv(getattr(corpus, split), path)
         paths.append(path)
     return tuple(paths)
+
+
+@contextlib.contextmanager
+def without_test_evaluation():
+    """Within it, `transformer.run.train` skips the test split's evaluation, as it
+    does for a corpus without test pairs (`evaluation` None, no examples): for
+    the runs of tests that read none of it (resumes, weights, schedules). Each
+    run otherwise traces its new model's translation once more, about a tenth
+    of a tiny run's time. The weights, their fingerprint, the checkpoints and
+    metrics.csv are made before the evaluation and do not change."""
+    from transformer.run import trainer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trainer, "_evaluate", lambda config, data, model: (None, []))
+        yield
 
 
 def shared_by_the_workers(tmp_path_factory, name, make):

@@ -15,8 +15,17 @@ from transformer import Transformer
 from transformer.decoding.strategies import Beam, Greedy, Sample
 from transformer.decoding.translator import Translator, export_translator
 
+# One fresh process for both tests that need one (each start loads TensorFlow):
+# first the README's snippet, as a user runs it (its output kept apart), then
+# the reloads of the exports.
 RELOAD_SCRIPT = textwrap.dedent("""
-    import json, sys
+    import contextlib, io, json, sys, traceback
+    readme_output, readme_error = io.StringIO(), None
+    try:
+        with contextlib.redirect_stdout(readme_output):
+            exec(compile(sys.argv[3], "README.md", "exec"), {"__name__": "__main__"})
+    except Exception:
+        readme_error = traceback.format_exc()
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
     sentences = json.loads(sys.argv[2])
@@ -34,29 +43,39 @@ RELOAD_SCRIPT = textwrap.dedent("""
         results.append({"batch": batch, "one": one, "beam": [t.decode() for t in beam],
                         "top1": sample(5, 1), "seeded": sample(5, 0) == sample(5, 0)})
     imported = any(m.split(".")[0] == "transformer" for m in sys.modules)
-    print(json.dumps({"results": results, "imported_transformer": imported}))
+    print(json.dumps({"readme": readme_output.getvalue(), "readme_error": readme_error,
+                      "results": results, "imported_transformer": imported}))
 """)
+
+
+@pytest.fixture(scope="module")
+def fresh_process(run_dir, test_pairs, tmp_path_factory):
+    """The tiny run exported again from a copy of its directory, then the
+    fresh process of `RELOAD_SCRIPT`: `(copy, export_dir, sentences, output)`."""
+    tmp_path = tmp_path_factory.mktemp("fresh_process")
+    copy = copy_run(run_dir, tmp_path / "run")
+    export_dir = export_translator(copy)
+    sentences = [source for source, _ in test_pairs[:5]] + ["", "o gato xyzzyq"]
+    dirs = [str(run_dir / "export"), str(export_dir)]
+    readme = _readme_savedmodel_snippet().replace("runs/toy", str(run_dir))
+    done = subprocess.run(
+        [sys.executable, "-c", RELOAD_SCRIPT, json.dumps(dirs), json.dumps(sentences), readme],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return copy, export_dir, sentences, json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow  # a fresh Python process loads TensorFlow
 def test_export_reloads_in_a_fresh_process_with_the_same_translations(
-    tiny_run, translator, run_dir, test_pairs, tmp_path
+    tiny_run, translator, run_dir, fresh_process
 ):
     # train.py exported the tiny run at the end of training ...
     assert tiny_run.export_dir is not None
     assert (run_dir / "export" / "saved_model.pb").is_file()
     # ... and from a run directory, the export goes to <run_dir>/export.
-    copy = copy_run(run_dir, tmp_path / "run")
-    export_dir = export_translator(copy)
+    copy, export_dir, sentences, reloaded = fresh_process
     assert export_dir == copy / "export" and (export_dir / "saved_model.pb").is_file()
-    sentences = [source for source, _ in test_pairs[:5]] + ["", "o gato xyzzyq"]
-    dirs = [str(run_dir / "export"), str(export_dir)]
-    done = subprocess.run(
-        [sys.executable, "-c", RELOAD_SCRIPT, json.dumps(dirs), json.dumps(sentences)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    reloaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert not reloaded["imported_transformer"]
     expected = {
         "batch": [r.text for r in translator(sentences)],
@@ -152,9 +171,8 @@ def _readme_savedmodel_snippet():
 
 
 @pytest.mark.slow  # a fresh Python process loads TensorFlow
-def test_the_readmes_savedmodel_snippet_loads_and_translates(run_dir, translator, tmp_path):
-    code = _readme_savedmodel_snippet().replace("runs/toy", str(run_dir))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == translator("o gato preto come o bolo").text
+def test_the_readmes_savedmodel_snippet_loads_and_translates(translator, fresh_process):
+    """The snippet ran first in `fresh_process`, after only the standard library."""
+    output = fresh_process[3]
+    assert output["readme_error"] is None, output["readme_error"][-3000:]
+    assert output["readme"].strip() == translator("o gato preto come o bolo").text

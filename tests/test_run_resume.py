@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 
 import pytest
@@ -18,6 +19,16 @@ from test_run_trainer import Interrupted, tiny_config
 
 from transformer import rundir
 from transformer.rundir import RunDirError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_test_evaluation():
+    """No test here reads a run's test evaluation: the runs skip it
+    (`conftest.without_test_evaluation`); the weights are made before it."""
+    from conftest import without_test_evaluation
+
+    with without_test_evaluation():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +128,12 @@ def _counted(function, calls: list):
 
 
 def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
-        resume_tsv, tmp_path, monkeypatch, reference):
+        resume_tsv, tmp_path, monkeypatch, caplog, reference):
     """With `--subword-sampling` on token-budget batches, a run on course for fewer
     than `SAMPLING_MIN_PASSES` passes draws nothing. A longer one draws once,
-    after its first pass, and learns other weights; interrupted before or
-    after that decision, it resumes to them."""
+    after its first pass, and learns other weights; interrupted before that
+    decision, its resume makes it, and interrupted after it, the resume reads
+    it: one run interrupted at both points resumes to those weights."""
     # The first epoch is as long as the first pass: the draws are read from pass 2.
     from transformer import run
     from transformer.run import fitting, recipes
@@ -147,17 +159,26 @@ def test_subword_sampling_resumes_exactly_and_changes_what_is_learnt(
     assert saved["subword_sampling"] == 0.2
     assert short.weights_sha256 != whole.weights_sha256  # the same run, but sampled
     assert per_epoch > 6  # a checkpoint every 5 steps: one in the first epoch
-    # Interrupted after the decision, the resume reads it (another rule would not
-    # sample); interrupted before it, the resume decides.
-    for name, step, rule in (("late", per_epoch + 3, 100), ("early", 6, 3)):
-        interrupt_at(monkeypatch, step)
-        with pytest.raises(Interrupted):
-            run.train(config(name), verbose=0, export=False)
-        monkeypatch.undo()
-        monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", rule)
-        resumed = run.train(config(name), resume=True, verbose=0, export=False)
-        assert 0 < resumed.initial_step <= step
-        assert resumed.weights_sha256 == whole.weights_sha256, name
+    # One run, interrupted twice: before the decision (step 6, in the first pass),
+    # and its resume, which decides, after it (3 steps into the second pass); the
+    # next resume reads the decision (its rule would not sample).
+    interrupt_at(monkeypatch, 6)
+    with pytest.raises(Interrupted):
+        run.train(config("resumed"), verbose=0, export=False)
+    assert not (tmp_path / "resumed" / rundir.SAMPLING_FILE).exists()  # not decided yet
+    monkeypatch.undo()
+    monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 3)
+    interrupt_at(monkeypatch, per_epoch + 3)
+    with caplog.at_level("INFO", logger="transformer"), pytest.raises(Interrupted):
+        run.train(config("resumed"), resume=True, verbose=0, export=False)
+    (resumed_at,) = re.findall(r"Resuming .* at step (\d+) \(", caplog.text)
+    assert 0 < int(resumed_at) <= 6
+    assert decision("resumed") is True  # decided by the resumed run
+    monkeypatch.undo()
+    monkeypatch.setattr(recipes, "SAMPLING_MIN_PASSES", 100)
+    resumed = run.train(config("resumed"), resume=True, verbose=0, export=False)
+    assert per_epoch <= resumed.initial_step <= per_epoch + 3  # after the decision
+    assert resumed.weights_sha256 == whole.weights_sha256
 
 
 def test_fixed_size_stream_is_the_same_however_often_it_is_built_or_iterated(resume_tsv):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import without_test_evaluation
 
 from transformer.rundir import RunDirError
 
@@ -67,11 +70,13 @@ class Interrupted(Exception):
 
 @pytest.fixture(scope="module")
 def reference_run(tiny_tsv, tmp_path_factory):
-    """Three uninterrupted epochs of the tiny settings, seed 0."""
+    """Three uninterrupted epochs of the tiny settings, seed 0 (its weights are
+    compared; its test evaluation is skipped)."""
     from transformer import run
 
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    return run.train(tiny_config(tiny_tsv, run_dir, epochs=3), verbose=0, export=False)
+    with without_test_evaluation():
+        return run.train(tiny_config(tiny_tsv, run_dir, epochs=3), verbose=0, export=False)
 
 
 def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, reference_run):
@@ -121,21 +126,42 @@ def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, ref
     assert again.evaluation.exact_match == resumed.evaluation.exact_match
 
 
-def test_the_model_is_the_mean_of_the_last_checkpoints(tiny_tsv, tmp_path, caplog):
+@pytest.fixture(scope="module")
+def averaged_run(tiny_tsv, tmp_path_factory):
+    """Two epochs (10 steps) with the linear decay, a checkpoint every 2 steps and
+    model.keras the mean of the last 4: `(result, what transformer.run.checkpoints
+    logged)`. test_the_model_is_the_mean_of_the_last_checkpoints reads its
+    checkpoints; the linear case of test_a_decay_to_zero_... its rates, which the
+    averaging, after the fit, leaves alone."""
+    from transformer import run
+
+    lines = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("transformer.run.checkpoints")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    config = tiny_config(tiny_tsv, tmp_path_factory.mktemp("averaged") / "run", epochs=2,
+                         checkpoint_every=2, average_checkpoints=4, decay="linear")
+    try:
+        with without_test_evaluation():
+            return run.train(config, verbose=0, export=False), "\n".join(lines)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_the_model_is_the_mean_of_the_last_checkpoints(averaged_run):
     """Section 6.1: model.keras holds the mean of the last checkpoints' weights,
     also of more checkpoints than a run keeps without averaging."""
-    from transformer import run
     from transformer.run.checkpoints import MAX_CHECKPOINTS_KEPT
 
-    run_dir = tmp_path / "run"
-    average = 4
-    assert average > MAX_CHECKPOINTS_KEPT
-    config = tiny_config(tiny_tsv, run_dir, epochs=2, checkpoint_every=2,
-                         average_checkpoints=average)
-    with caplog.at_level("INFO", logger="transformer.run.checkpoints"):
-        run.train(config, verbose=0, export=False)
+    result, log = averaged_run
+    run_dir = result.run_dir
+    assert result.config.average_checkpoints == 4 > MAX_CHECKPOINTS_KEPT
     # Saved after steps 2, 4, 5 (epoch end), 6, 8 and 10: the last four are averaged.
-    assert "Averaged the weights of the last 4 checkpoints (steps 5, 6, 8, 10)" in caplog.text
+    assert "Averaged the weights of the last 4 checkpoints (steps 5, 6, 8, 10)" in log
     averaged, step = load_weights(run_dir)
     assert step == 10
     model = keras.saving.load_model(run_dir / "model.keras")
@@ -156,8 +182,9 @@ def test_another_seed_gives_another_run(tiny_tsv, tmp_path, reference_run):
     with identical weights. Here, seed 1 must end elsewhere."""
     from transformer import run
 
-    other = run.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=3, seed=1), verbose=0,
-                           export=False)
+    with without_test_evaluation():
+        other = run.train(tiny_config(tiny_tsv, tmp_path / "b", epochs=3, seed=1), verbose=0,
+                          export=False)
     assert other.final_step == reference_run.final_step
     assert other.weights_sha256 != reference_run.weights_sha256
 
@@ -282,7 +309,7 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
     from transformer import run, rundir
     from transformer.run import trainer
 
-    pause = 1.5
+    pause = 0.5  # ten times the tolerance below: counted, it would show
 
     def slowly(function):
         def slow(*args, **kwargs):
@@ -321,32 +348,36 @@ def test_time_budget_stops_training_and_is_counted_over_resumes(
     assert tf.train.load_variable(latest, "train_seconds/.ATTRIBUTES/VARIABLE_VALUE") > 0
 
     caplog.clear()
-    with caplog.at_level("INFO", logger="transformer"):
+    with caplog.at_level("INFO", logger="transformer"), without_test_evaluation():
         again = run.train(run.load_config(run_dir), resume=True, verbose=0, export=False)
     assert (again.initial_step, again.final_step) == (1, 1)
     assert "already used its time budget" in caplog.text
 
-    finished = run.train(config.replace(time_budget=None), resume=True, verbose=0,
-                         export=False)
+    with without_test_evaluation():
+        finished = run.train(config.replace(time_budget=None), resume=True, verbose=0,
+                             export=False)
     assert (finished.initial_step, finished.final_step) == (1, 10)
     assert rundir.read_json(run_dir / rundir.METRICS_JSON)["train_seconds"] > seconds
 
 
 @pytest.mark.parametrize("decay", ["linear", "cooldown"])
 def test_a_decay_to_zero_ends_with_the_time_budget_and_with_the_epochs(tiny_tsv, tmp_path,
-                                                                       decay):
+                                                                       decay, request):
     """With a budget, the rate is zero when the budget runs out (its share of the
     budget, restored with the checkpoint's seconds on --resume); without one, at
     the last of the epochs' steps."""
     from transformer import run
     from transformer.training import CustomSchedule
 
-    stopped = run.train(tiny_config(tiny_tsv, tmp_path / "budget", epochs=2, time_budget=1e-9,
-                                    decay=decay), verbose=0, export=False)
+    with without_test_evaluation():
+        stopped = run.train(tiny_config(tiny_tsv, tmp_path / "budget", epochs=2,
+                                        time_budget=1e-9, decay=decay), verbose=0, export=False)
+        if decay == "linear":  # the same two epochs, averaged after the fit
+            full = request.getfixturevalue("averaged_run")[0]
+        else:
+            full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
+                             verbose=0, export=False)
     assert stopped.final_step == 1 and stopped.history["learning_rate"] == [0.0]
-
-    full = run.train(tiny_config(tiny_tsv, tmp_path / "epochs", epochs=2, decay=decay),
-                     verbose=0, export=False)
     config = full.config
     assert config.decay == decay and full.final_step == 10
     schedule = CustomSchedule(16, 10, peak_learning_rate=(16 * 10) ** -0.5, total_steps=10,
