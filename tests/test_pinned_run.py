@@ -44,10 +44,26 @@ def pinned_run(tmp_path_factory):
         seed=2, epochs=PASSES, batch_tokens=256, vocab_size=90, max_tokens=MAX_TOKENS,
         time_budget=3600.0, checkpoint_every=100, eval_beam_size=1,
     )
+    from transformer.run.callbacks import TrainingClock
+
+    ended, epochs_done = [], TrainingClock.epochs_done
+
+    def said_epochs_done(clock, epochs):
+        ended.append((epochs, clock.exhausted))
+        epochs_done(clock, epochs)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(recipes, "default_precision", lambda: "mixed_bfloat16")
         patch.setattr(recipes, "SAMPLING_MIN_PASSES", PASSES)
-        return train(config, verbose=0, export=False)
+        patch.setattr(TrainingClock, "epochs_done", said_epochs_done)
+        result = train(config, verbose=0, export=False)
+    result.ended_by_epochs = ended
+    return result
+
+
+def test_a_run_its_epochs_end_before_its_budget_says_so(pinned_run):
+    # The log's line that the rest of the budget is not used (tests/test_run_callbacks.py).
+    assert pinned_run.ended_by_epochs == [(PASSES, False)]
 
 
 def _record(run_dir, name):

@@ -220,3 +220,25 @@ def test_training_clock_stops_when_the_validation_uses_the_rest_of_the_budget(mo
     said = [r.getMessage() for r in caplog.records if "Time budget" in r.getMessage()]
     assert said == ["Time budget of 6 s reached at step 5: training stops here, its epoch's "
                     "validation used the rest of it."]
+
+
+def test_training_clock_says_when_the_epochs_end_the_run_before_its_budget(monkeypatch, caplog):
+    import logging
+
+    from transformer.run import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    said = []
+    for budget, spent in ((2700.0, 1130.0), (2700.0, 2700.0), (None, 1130.0)):
+        clock = callbacks.TrainingClock(tf.Variable(0.0, dtype=tf.float64), budget=budget)
+        now[0] = 0.0
+        clock.on_train_begin()
+        now[0] = spent
+        clock._update()
+        with caplog.at_level(logging.INFO, logger=callbacks.logger.name):
+            caplog.clear()
+            clock.epochs_done(20)
+        said.append([r.getMessage() for r in caplog.records])
+    assert said == [["All 20 epochs trained in 18 min 50 s of the 45 min time budget; the "
+                     "rest is not used (more --epochs would use it)."], [], []]

@@ -216,6 +216,14 @@ class TrainingClock(keras.callbacks.Callback):
         self._stop_at_budget(self._update(), "training stops here, its epoch's validation "
                              "used the rest of it")
 
+    def epochs_done(self, epochs: int) -> None:
+        """Says so when the run's `epochs` end it before its budget: the rest of the
+        budget is not used (without --epochs, the recipe's cap)."""
+        if self.budget is not None and not self.exhausted:
+            logger.info("All %d epochs trained in %s of the %s time budget; the rest is not "
+                        "used (more --epochs would use it).", epochs,
+                        format_seconds(float(self.seconds.numpy())), format_seconds(self.budget))
+
     def _stop_at_budget(self, elapsed: float, what: str) -> None:
         """Stops training, saying so once, when `elapsed` reaches the budget."""
         if self.budget is not None and elapsed >= self.budget and not self.model.stop_training:

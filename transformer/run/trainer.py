@@ -501,6 +501,8 @@ def _fit(session: _Session, config: RunConfig, data: _Data, state: _ModelState,
                                     float(clock.seconds.numpy()))
             fitter.fit(pairs, first_epoch, last_epoch, steps, start_step)
     final_step = optimizer_step(state.model.optimizer)
+    if final_step >= total_steps > state.initial_step:
+        clock.epochs_done(config.epochs)
     if final_step > state.initial_step:
         logger.info("Trained %d steps in %.0f s.", final_step - state.initial_step,
                     time.perf_counter() - train_started)
