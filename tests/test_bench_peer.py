@@ -56,8 +56,9 @@ def test_the_fair_peer_takes_the_presets_architecture_and_the_runs_other_setting
     assert (small["normalize_first"], small["tie_embeddings"]) == \
         (default["normalize_first"], default["tie_embeddings"])
     assert configs.parameter_count(configs.recipe_arch(DATA, "m", small), 800) == parameters
-    with pytest.raises(SystemExit):
-        run.parse_args(["--setup", "cpu", "--minutes", "1", "--preset", "huge"])
+    for setup, preset in (("cpu", "huge"), ("recipe", "small")):  # recipe: JoeyNMT's own
+        with pytest.raises(SystemExit):
+            run.parse_args(["--setup", setup, "--minutes", "1", "--preset", preset])
 
 
 @pytest.mark.parametrize("warmup", [50, 1000, 4000])

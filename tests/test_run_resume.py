@@ -77,7 +77,7 @@ def interrupted_run(config, monkeypatch, step):
 @pytest.fixture(scope="module")
 def reference(resume_tsv, tmp_path_factory):
     """Three uninterrupted epochs (24 steps) of `resumed_config`; tests copy and damage its
-    directory (resuming a copy trains nothing: it is evaluated again)."""
+    directory (resuming a copy trains nothing)."""
     from transformer import run
 
     run_dir = tmp_path_factory.mktemp("reference") / "run"

@@ -275,6 +275,9 @@ def parse_args(argv=None):
         args.warmup = max(1, round(20 * args.minutes))
     if args.validation_freq is None:
         args.validation_freq = max(2, round(10 * args.minutes))
+    if args.preset is not None and args.setup == "recipe":
+        parser.error("--preset sets the architecture of the recipe_arch and cpu set-ups; the "
+                     "recipe set-up keeps JoeyNMT's own")
     if not PEER_PYTHON.is_file():
         parser.error(f"{PEER_PYTHON} not found: run `bash bench/peer_joeynmt/setup_venv.sh`")
     for name in ("train", "valid", "test"):

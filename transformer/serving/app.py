@@ -219,25 +219,30 @@ async def _body(request: Request, settings: ServerSettings) -> bytes:
         raise RequestError(415, "the body must be JSON: Content-Type: application/json")
     max_body = settings.limits.max_body
     length = request.headers.get("content-length", "")
-    stream = request.stream()
-    body = None
-    if not (length.isdigit() and int(length) > max_body):
-        try:
-            body = await asyncio.wait_for(_read(stream, max_body), settings.body_seconds)
-        except asyncio.TimeoutError:
-            raise RequestError(408, f"the body took more than {settings.body_seconds:g} "
-                                    "seconds to arrive") from None
-    if body is not None:
-        return body
-    # Over the limit. A client that is still sending would meet a reset
-    # connection instead of the 413 if the server closed now with its body
-    # unread, so the rest is read and dropped: at most DRAIN_BODIES bodies'
-    # bytes, within the body's time.
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(_drain(stream, DRAIN_BODIES * max_body), settings.body_seconds)
-    size = length if length.isdigit() else f"more than {max_body}"
-    raise RequestError(413, f"the body has {size} bytes: at most {max_body} (the server's "
-                            "--max-body)")
+    declared = int(length) if length.isdigit() else None
+    deadline = asyncio.get_running_loop().time() + settings.body_seconds
+    async with contextlib.aclosing(request.stream()) as stream:
+        if declared is None or declared <= max_body:
+            try:
+                body = await asyncio.wait_for(_read(stream, max_body), settings.body_seconds)
+            except asyncio.TimeoutError:
+                raise RequestError(408, f"the body took more than {settings.body_seconds:g} "
+                                        "seconds to arrive") from None
+            if body is not None:
+                return body
+        # Over the limit. A client still sending would meet a reset connection
+        # instead of the 413 if the server closed with its body unread, so the
+        # rest is read and dropped, at most DRAIN_BODIES bodies' bytes in what
+        # is left of the body's time. Not when the client waits to be asked
+        # (`Expect: 100-continue`: reading would ask it to send) or declares
+        # more than would be read.
+        asks = request.headers.get("expect", "").lower() == "100-continue"
+        if not asks and (declared or 0) <= DRAIN_BODIES * max_body:
+            left = deadline - asyncio.get_running_loop().time()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_drain(stream, DRAIN_BODIES * max_body), max(left, 0))
+    size = f"{declared} bytes" if declared is not None else f"more than {max_body} bytes"
+    raise RequestError(413, f"the body has {size}; the server's --max-body is {max_body}")
 
 
 async def _read(stream, max_body: int) -> bytes | None:
