@@ -57,9 +57,9 @@ SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # A size is trained when the budget gives it at least this many effective
 # tokens per body parameter: `bench/model_sizes.py`'s fit of
 # bench/results/model_sizes_zen4.json (BENCHMARKS.md, "The budget chooses the
-# model"), the highest threshold with the fewest wrong choices over every
-# comparison of a size with the next smaller one (5.337), rounded down to a
-# tenth. The larger size lost by up to 11 BLEU below it and only tied above.
+# model") rounded down to a tenth: of the thresholds with the fewest wrong
+# choices over every comparison of a size with the next smaller one, the
+# highest, since a larger size chosen too early costs more than one chosen late.
 TOKENS_PER_PARAMETER = 5.3
 # Repeated passes over the corpus are worth a unique pass's tokens times
 # exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
