@@ -105,8 +105,12 @@ PRESETS: dict[str, TransformerConfig] = {
     "toy": TransformerConfig(
         num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=64
     ),
-    # Half the tutorial's depth: the size for the shortest budgets
-    # (`transformer.run.sizing`).
+    # The toy's width and depth for real sentences (max_length as the others'):
+    # the smallest size the budget may choose (`transformer.run.sizing`).
+    "mini": TransformerConfig(
+        num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=256
+    ),
+    # Half the tutorial's depth (`transformer.run.sizing`).
     "small": TransformerConfig(
         num_layers=2, d_model=128, num_heads=8, dff=512, dropout_rate=0.1, max_length=256
     ),
