@@ -16,7 +16,12 @@ peak rate, a moving average, beam-4 evaluation), with a non-zero seed and a
 decoder shallower than its encoder: the settings real runs use, which the
 toy-settings `tiny_run` does not reach (tests/test_real_text_run.py).
 
-Both runs are trained once per test session, not once per pytest-xdist
+`tiny_reference_run` is tests/test_run_trainer.py's reference: three epochs
+of its tiny settings (`TINY`, a 16-wide model on 120 toy pairs), without the
+test evaluation; that file compares its weights, and tests/test_run_adapt.py
+adapts it to another corpus.
+
+These runs are trained once per test session, not once per pytest-xdist
 worker: the first worker that needs one trains it under a file lock in the
 session's temporary directory and leaves the `TrainResult` there (pickled);
 the other workers wait for the lock and read it (`shared_by_the_workers`). A
@@ -204,6 +209,24 @@ def translator(run_dir):
     from transformer.decoding.translator import Translator
 
     return Translator.from_run(run_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_reference_run(tmp_path_factory):
+    """A `TrainResult` of tests/test_run_trainer.py's tiny settings; see the module docstring."""
+    return shared_by_the_workers(tmp_path_factory, "tiny_reference_run",
+                                 _train_tiny_reference_run)
+
+
+def _train_tiny_reference_run(tmp_path_factory):
+    from test_run_trainer import tiny_config
+
+    from transformer import run
+
+    tsv = write_toy_tsv(tmp_path_factory.mktemp("tiny_tsv"), n_train=120, n_valid=16, n_test=16)
+    run_dir = tmp_path_factory.mktemp("tiny_reference") / "run"
+    with without_test_evaluation():
+        return run.train(tiny_config(tsv, run_dir, epochs=3), verbose=0, export=False)
 
 
 # The real-text recipe on a small model: two encoder layers, one decoder layer,

@@ -7,10 +7,12 @@ before TensorFlow initialises)::
         [--lengths equal|unequal] [--optimizer sgd|averaging-adam] [--steps N]
         [--batch N]
 
-or, to pay TensorFlow's start once for several runs under one strategy,
-runs separated by `--`, each with its own output and options::
+or, to pay TensorFlow's start once for several runs, runs separated by
+`--`, each with its own output and options, under one strategy or, in turn,
+under several (the logical CPUs are split once, before either is built, and
+each run's output names its strategy where it holds `{strategy}`)::
 
-    python tests/replica_steps.py STRATEGY [--cpu-devices N] -- A.npz [...] -- B.npz [...]
+    python tests/replica_steps.py STRATEGY [STRATEGY ...] [--cpu-devices N] -- A.npz [...] -- B.npz [...]
 
 It builds the strategy with `transformer.run.distribute.make_strategy`, compiles
 the library's model with `MaskedLoss` as `transformer.run.train` does
@@ -82,20 +84,25 @@ def main(argv=None):
             groups[-1].append(arg)
     first, *more = groups
     strategy_parser = argparse.ArgumentParser()
-    strategy_parser.add_argument("strategy")
+    strategy_parser.add_argument("strategy", nargs="+" if more else None)
     strategy_parser.add_argument("--cpu-devices", type=int, default=None)
     if more:
         args = strategy_parser.parse_args(first)
+        names = args.strategy
         runs = [_run_parser().parse_args(part) for part in more]
     else:
         args, rest = strategy_parser.parse_known_args(first)
+        names = [args.strategy]
         runs = [_run_parser().parse_args(rest)]
 
-    from transformer.run.distribute import make_strategy
+    from transformer.run.distribute import configure_cpu_devices, make_strategy
 
-    strategy = make_strategy(args.strategy, args.cpu_devices)  # before any other TF op
-    for run in runs:
-        train_and_save(strategy, run)
+    configure_cpu_devices(args.cpu_devices)  # before any other TF op
+    for name in names:
+        strategy = make_strategy(name, args.cpu_devices)
+        for run in runs:
+            train_and_save(strategy, argparse.Namespace(
+                **{**vars(run), "out": run.out.replace("{strategy}", name)}))
 
 
 def train_and_save(strategy, args):

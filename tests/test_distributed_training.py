@@ -1,8 +1,10 @@
 """Distributed training computes what one device computes with the same global batch.
 
 The runs are processes of `tests/replica_steps.py` (logical CPUs and
-`TF_CONFIG` must be set before TensorFlow initialises), one a strategy, each
-training every configuration of `RUNS` in turn: a tiny model, dropout
+`TF_CONFIG` must be set before TensorFlow initialises): one process splits
+the CPU into two logical devices and trains every configuration of `RUNS` on
+one device, then mirrored on both; the workers are processes of their own.
+Each run trains a tiny model, dropout
 0, seed 0, SGD (whose updates, unlike Adam's, scale with the gradient, so a
 loss not divided by the replica count shows in the weights) and three fixed
 global batches of four pairs. Sums over replicas run in another order than on
@@ -82,21 +84,23 @@ RUNS = {
 }
 
 
+STRATEGIES = {"default": 1, "mirrored": 2}  # their replicas
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """`{(strategy, run): OUT.npz}`: every run of `RUNS` on one device (the
-    reference) and mirrored on two logical CPUs, a process each, both at once."""
+    reference), then mirrored on two logical CPUs, in one process (one
+    TensorFlow start)."""
     root = tmp_path_factory.mktemp("replica_steps")
-    outputs, processes = {}, {}
-    for strategy, options in (("default", ()), ("mirrored", ("--cpu-devices", "2"))):
-        runs = []
-        for name, run_options in RUNS.items():
-            outputs[strategy, name] = root / f"{strategy}_{name}.npz"
-            runs += ["--", str(outputs[strategy, name]), *run_options]
-        processes[strategy] = start(strategy, *options, *runs)
-    for strategy, replicas in (("default", 1), ("mirrored", 2)):
-        assert finish(processes[strategy]).count(f"replicas {replicas};") == len(RUNS)
-    return outputs
+    runs = []
+    for name, run_options in RUNS.items():
+        runs += ["--", str(root / f"{{strategy}}_{name}.npz"), *run_options]
+    stdout = finish(start(*STRATEGIES, "--cpu-devices", "2", *runs))
+    for replicas in STRATEGIES.values():
+        assert stdout.count(f"replicas {replicas};") == len(RUNS)
+    return {(strategy, name): root / f"{strategy}_{name}.npz"
+            for strategy in STRATEGIES for name in RUNS}
 
 
 @pytest.mark.slow

@@ -3,29 +3,24 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
-from test_run_trainer import tiny_config
 
 from transformer.rundir import RunDirError
 
 
 @pytest.fixture(scope="module")
-def parent(tmp_path_factory):
-    """A finished tiny run and a second corpus (other sentences) to adapt it to."""
+def parent(tiny_reference_run, tmp_path_factory):
+    """A finished tiny run (the session's `tiny_reference_run`, which tests must
+    not modify) and a second corpus (other sentences) to adapt it to."""
     from conftest import write_toy_tsv
 
-    from transformer import run
-
-    tsv = write_toy_tsv(tmp_path_factory.mktemp("parent_tsv"), n_train=120, n_valid=16,
-                        n_test=16)
     new_tsv = write_toy_tsv(tmp_path_factory.mktemp("new_tsv"), n_train=60, n_valid=8,
                             n_test=8, seed=7)
-    run_dir = tmp_path_factory.mktemp("parent") / "run"
-    result = run.train(tiny_config(tsv, run_dir, epochs=2), verbose=0, export=False)
-    return run_dir, result, new_tsv
+    return Path(tiny_reference_run.run_dir), tiny_reference_run, new_tsv
 
 
 def adapted_config(tsv, output_dir, parent_dir, **changes):

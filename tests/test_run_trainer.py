@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -44,10 +45,10 @@ TINY = {
 
 
 @pytest.fixture(scope="module")
-def tiny_tsv(tmp_path_factory):
-    from conftest import write_toy_tsv
-
-    return write_toy_tsv(tmp_path_factory.mktemp("tsv"), n_train=120, n_valid=16, n_test=16)
+def tiny_tsv(tiny_reference_run):
+    """The reference run's train, valid and test files (120, 16 and 16 toy pairs)."""
+    config = tiny_reference_run.config
+    return tuple(Path(path) for path in (config.data, config.valid, config.test))
 
 
 def tiny_config(tsv, output_dir, **changes):
@@ -69,14 +70,11 @@ class Interrupted(Exception):
 
 
 @pytest.fixture(scope="module")
-def reference_run(tiny_tsv, tmp_path_factory):
-    """Three uninterrupted epochs of the tiny settings, seed 0 (its weights are
-    compared; its test evaluation is skipped)."""
-    from transformer import run
-
-    run_dir = tmp_path_factory.mktemp("reference") / "run"
-    with without_test_evaluation():
-        return run.train(tiny_config(tiny_tsv, run_dir, epochs=3), verbose=0, export=False)
+def reference_run(tiny_reference_run):
+    """Three uninterrupted epochs of the tiny settings on `tiny_tsv`, seed 0 (its
+    weights are compared; its test evaluation is skipped): the session's
+    `tiny_reference_run` (tests/conftest.py), which tests must not modify."""
+    return tiny_reference_run
 
 
 def test_resume_mid_epoch_continues_exactly(tiny_tsv, tmp_path, monkeypatch, reference_run):
