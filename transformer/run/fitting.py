@@ -87,9 +87,19 @@ def fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -
 
 
 def sharding_options() -> tf.data.Options:
-    """Each worker of a multi-worker run reads its share of every batch."""
+    """The options of the streams `fit` reads: each worker of a multi-worker run
+    reads its share of every batch, and no autotuning thread runs.
+
+    An autotuned iterator ends by joining its tuning thread, which TensorFlow
+    (2.21) often wakes before it marks the thread cancelled; the thread then
+    sleeps out its period, which doubles as the iterator lives, up to a minute,
+    and `fit` returned seconds after its last callback. Untuned, the map keeps
+    AUTOTUNE's first parallelism (the cores, at most 16) and the prefetch buffer
+    still grows whenever it runs dry.
+    """
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.autotune.enabled = False
     return options
 
 
