@@ -61,7 +61,7 @@ from transformer.seams import distributed_fit_workaround
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Fitter", "create_metric_variables", "fit_calls", "sharding_options", "train_stream"]
+__all__ = ["Fitter", "create_metric_variables", "fit_calls", "stream_options", "train_stream"]
 
 
 def fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -> list:
@@ -86,7 +86,7 @@ def fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -
     return calls
 
 
-def sharding_options() -> tf.data.Options:
+def stream_options() -> tf.data.Options:
     """The options of the streams `fit` reads: each worker of a multi-worker run
     reads its share of every batch, and no autotuning thread runs.
 
@@ -116,7 +116,7 @@ def train_stream(tokens: TokenizedPairs, batch_tokens: int, batch_size: int, see
         stream = budget_batches_from_tokens(tokens, batch_tokens, seed, start_step=start_step)
     else:
         stream = fixed_batches_from_tokens(tokens, batch_size, seed, start_step=start_step)
-    return stream.with_options(sharding_options())
+    return stream.with_options(stream_options())
 
 
 def create_metric_variables(model, batches: tf.data.Dataset) -> None:
