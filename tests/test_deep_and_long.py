@@ -108,10 +108,11 @@ def test_a_resumed_stream_is_the_whole_stream_past_the_steps_done(batch_tokens):
     assert contexts(_train_stream(tokens, batch_tokens, 4, 7, 230), 3) == whole[230:]
 
 
-def test_the_training_stream_runs_untuned_and_shards_by_data():
+@pytest.mark.parametrize("batch_tokens", [0, 40])
+def test_the_training_stream_runs_untuned_and_shards_by_data(batch_tokens):
     """No tf.data autotuning thread: ending its iterator could keep `fit` from
-    returning for up to the thread's period (`stream_options`)."""
-    options = _train_stream(_pairs(4), 0, 4, 7, 0).options()
+    returning for up to the thread's period (`batching._untuned`)."""
+    options = _train_stream(_pairs(4), batch_tokens, 4, 7, 0).options()
     assert options.autotune.enabled is False
     assert options.experimental_distribute.auto_shard_policy == \
         tf.data.experimental.AutoShardPolicy.DATA

@@ -421,7 +421,19 @@ def _padded(indices: tf.data.Dataset, tokenized: TokenizedPairs, batch_tokens: i
         return (context, x), labels
 
     dataset = indices.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_untuned())
+
+
+def _untuned() -> tf.data.Options:
+    """No tf.data autotuning thread. An autotuned iterator ends by joining that
+    thread, which TensorFlow (2.21) often wakes before it marks the thread
+    cancelled; the thread then sleeps out its period, which doubles as the
+    iterator lives, up to a minute, and `fit` returns that much after its last
+    callback. Untuned, the map keeps AUTOTUNE's first parallelism (the cores, at
+    most 16) and the prefetch buffer still grows whenever it runs dry."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
 
 
 def _gather(tokenized: TokenizedPairs, indices: np.ndarray, batch_tokens: int = 0,

@@ -61,7 +61,7 @@ from transformer.seams import distributed_fit_workaround
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Fitter", "create_metric_variables", "fit_calls", "stream_options", "train_stream"]
+__all__ = ["Fitter", "create_metric_variables", "fit_calls", "sharding_options", "train_stream"]
 
 
 def fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -> list:
@@ -86,20 +86,10 @@ def fit_calls(step: int, steps_per_epoch: int, epochs: int, first_alone=False) -
     return calls
 
 
-def stream_options() -> tf.data.Options:
-    """The options of the streams `fit` reads: each worker of a multi-worker run
-    reads its share of every batch, and no autotuning thread runs.
-
-    An autotuned iterator ends by joining its tuning thread, which TensorFlow
-    (2.21) often wakes before it marks the thread cancelled; the thread then
-    sleeps out its period, which doubles as the iterator lives, up to a minute,
-    and `fit` returned seconds after its last callback. Untuned, the map keeps
-    AUTOTUNE's first parallelism (the cores, at most 16) and the prefetch buffer
-    still grows whenever it runs dry.
-    """
+def sharding_options() -> tf.data.Options:
+    """Each worker of a multi-worker run reads its share of every batch."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    options.autotune.enabled = False
     return options
 
 
@@ -116,7 +106,7 @@ def train_stream(tokens: TokenizedPairs, batch_tokens: int, batch_size: int, see
         stream = budget_batches_from_tokens(tokens, batch_tokens, seed, start_step=start_step)
     else:
         stream = fixed_batches_from_tokens(tokens, batch_size, seed, start_step=start_step)
-    return stream.with_options(stream_options())
+    return stream.with_options(sharding_options())
 
 
 def create_metric_variables(model, batches: tf.data.Dataset) -> None:

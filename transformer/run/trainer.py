@@ -86,7 +86,7 @@ from transformer.run.fitting import (
     record_legacy_sampling,
     record_sampling_plan,
     sampling_plan,
-    stream_options,
+    sharding_options,
     tokenizers_digest,
     training_tokens,
 )
@@ -382,7 +382,7 @@ def _make_data(session: _Session, config: RunConfig, from_chief=False) -> _Data:
     if corpus.valid:
         valid_tokens = tokenize_pairs(corpus.valid, tokenizers, max_tokens)
         valid_batches = batches_from_tokens(
-            valid_tokens, config.batch_size, shuffle=False).with_options(stream_options())
+            valid_tokens, config.batch_size, shuffle=False).with_options(sharding_options())
     return _Data(
         corpus=corpus,
         fingerprint=fingerprint,
