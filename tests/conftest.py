@@ -211,6 +211,33 @@ def translator(run_dir):
     return Translator.from_run(run_dir)
 
 
+# tests/test_run_trainer.py's tiny settings: a 16-wide model, five steps an epoch.
+TINY = {
+    "model": {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "dropout_rate": 0.0,
+              "max_length": 32},
+    "batch_size": 16,
+    "steps_per_epoch": 5,
+    "warmup_steps": 10,
+    # The paper's peak for that warm-up, (d_model * warmup_steps)^-0.5.
+    "learning_rate": "paper",
+    "label_smoothing": 0.1,
+    "precision": "float32",
+    "num_examples": 2,
+    "eval_batch_size": 32,
+    "eval_beam_size": 1,
+}
+
+
+def tiny_config(tsv, output_dir, **changes):
+    """A `RunConfig` of `TINY` on the `(train, valid, test)` files `tsv`, with `changes`."""
+    from transformer.run import RunConfig
+
+    train_tsv, valid_tsv, test_tsv = tsv
+    settings = {**TINY, **changes}
+    return RunConfig(output_dir=str(output_dir), data=str(train_tsv), valid=str(valid_tsv),
+                     test=str(test_tsv), **settings)
+
+
 @pytest.fixture(scope="session")
 def tiny_reference_run(tmp_path_factory):
     """A `TrainResult` of tests/test_run_trainer.py's tiny settings; see the module docstring."""
@@ -219,8 +246,6 @@ def tiny_reference_run(tmp_path_factory):
 
 
 def _train_tiny_reference_run(tmp_path_factory):
-    from test_run_trainer import tiny_config
-
     from transformer import run
 
     tsv = write_toy_tsv(tmp_path_factory.mktemp("tiny_tsv"), n_train=120, n_valid=16, n_test=16)

@@ -117,6 +117,7 @@ def train_and_save(strategy, args):
     from transformer.model import build_model
     from transformer.model_config import TransformerConfig
     from transformer.run.distribute import is_chief
+    from transformer.run.fitting import sharding_options
     from transformer.training import MaskedLoss, make_optimizer, masked_accuracy
 
     keras.backend.clear_session()  # each run names its layers afresh
@@ -136,10 +137,8 @@ def train_and_save(strategy, args):
         target=rows(lengths),
         max_tokens=8,
     )
-    shard = tf.data.Options()
-    shard.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = batches_from_tokens(tokenized, args.batch, shuffle=False)
-    dataset = dataset.repeat().with_options(shard)
+    dataset = dataset.repeat().with_options(sharding_options())
 
     with strategy.scope():
         keras.utils.set_random_seed(0)

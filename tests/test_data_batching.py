@@ -420,3 +420,12 @@ def test_each_pass_reads_its_variant(corpus, sp_tokenizers, budget, from_pass):
             (context, _), _ = next(batches)
             got += [tuple(row) for row in _rows(context) if row]
         assert sorted(got) == want, pass_index
+
+
+def test_every_batch_dataset_runs_without_autotuning(tokenized):
+    """Ending an autotuned iterator can keep `fit` from returning for up to the
+    tuning thread's period (`batching._untuned`): none of the datasets runs one."""
+    for dataset in (batches_from_tokens(tokenized, 4),
+                    fixed_batches_from_tokens(tokenized, 4, seed=0),
+                    budget_batches_from_tokens(tokenized, 40, seed=0)):
+        assert dataset.options().autotune.enabled is False

@@ -25,7 +25,7 @@ def parent(tiny_reference_run, tmp_path_factory):
 
 def adapted_config(tsv, output_dir, parent_dir, **changes):
     """The tiny settings without the model, which comes from the parent run."""
-    from test_run_trainer import TINY
+    from conftest import TINY
 
     from transformer.run import RunConfig
 

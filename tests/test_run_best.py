@@ -7,7 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from test_run_trainer import tiny_config
+from conftest import tiny_config
 
 
 @pytest.fixture(scope="module")

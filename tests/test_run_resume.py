@@ -15,7 +15,8 @@ import shutil
 
 import pytest
 import tensorflow as tf
-from test_run_trainer import Interrupted, tiny_config
+from conftest import tiny_config
+from test_run_trainer import Interrupted
 
 from transformer import rundir
 from transformer.rundir import RunDirError
@@ -43,7 +44,7 @@ def resume_tsv(tmp_path_factory):
 def resumed_config(tsv, run_dir, **changes):
     """The tiny settings on fixed-size batches (120 pairs of 16: 8 steps per epoch) with
     dropout on, so that a resumed run must also draw the uninterrupted run's masks."""
-    from test_run_trainer import TINY
+    from conftest import TINY
 
     model = {**TINY["model"], "dropout_rate": 0.1}
     settings = {"batch_tokens": 0, "steps_per_epoch": None, "epochs": 3,

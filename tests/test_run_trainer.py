@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import without_test_evaluation
+from conftest import TINY, tiny_config, without_test_evaluation
 
 from transformer.rundir import RunDirError
 
@@ -28,36 +28,11 @@ def testtruncate_metrics_csv(tmp_path):
 # Training through the library: tiny runs
 # --------------------------------------------------------------------------
 
-TINY = {
-    "model": {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "dropout_rate": 0.0,
-              "max_length": 32},
-    "batch_size": 16,
-    "steps_per_epoch": 5,
-    "warmup_steps": 10,
-    # The paper's peak for that warm-up, (d_model * warmup_steps)^-0.5.
-    "learning_rate": "paper",
-    "label_smoothing": 0.1,
-    "precision": "float32",
-    "num_examples": 2,
-    "eval_batch_size": 32,
-    "eval_beam_size": 1,
-}
-
-
 @pytest.fixture(scope="module")
 def tiny_tsv(tiny_reference_run):
     """The reference run's train, valid and test files (120, 16 and 16 toy pairs)."""
     config = tiny_reference_run.config
     return tuple(Path(path) for path in (config.data, config.valid, config.test))
-
-
-def tiny_config(tsv, output_dir, **changes):
-    from transformer.run import RunConfig
-
-    train_tsv, valid_tsv, test_tsv = tsv
-    settings = {**TINY, **changes}
-    return RunConfig(output_dir=str(output_dir), data=str(train_tsv), valid=str(valid_tsv),
-                     test=str(test_tsv), **settings)
 
 
 def load_weights(run_dir):

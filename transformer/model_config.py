@@ -106,8 +106,8 @@ PRESETS: dict[str, TransformerConfig] = {
         num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=64
     ),
     # The toy's width and depth for real sentences (max_length as the others'):
-    # measured below `small` for the shortest budgets, not on the size rule's
-    # ladder (BENCHMARKS.md, "The budget chooses the model").
+    # a size below `small` for the shortest budgets; not on the size rule's
+    # `SIZE_LADDER` (BENCHMARKS.md, "The budget chooses the model").
     "mini": TransformerConfig(
         num_layers=2, d_model=64, num_heads=4, dff=256, dropout_rate=0.1, max_length=256
     ),

@@ -352,7 +352,8 @@ def batches_from_tokens(
 
     Returns:
         A prefetched `tf.data.Dataset` of `((context, x), labels)`, int64:
-        context `(batch, source_len)`, x and labels `(batch, target_len)`.
+        context `(batch, source_len)`, x and labels `(batch, target_len)`,
+        without tf.data autotuning (`_untuned`; `with_options` turns it on).
     """
     check_positive_int("batch_size", batch_size)
     n = len(tokenized)
@@ -605,7 +606,7 @@ def make_batches(
     Returns:
         A prefetched `tf.data.Dataset` of `((context, x), labels)`, all int64
         and zero-padded: context `(batch, source_len)`, x and labels
-        `(batch, target_len)`.
+        `(batch, target_len)`, without tf.data autotuning (`_untuned`).
 
     Example:
 
