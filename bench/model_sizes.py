@@ -173,8 +173,13 @@ def fit(runs: list[dict]) -> dict:
     wins and losses overlap (a larger size won at a lower ratio than one at
     which it lost elsewhere), no threshold makes every choice right: the
     fitted one is the one that makes the fewest wrong (`fewest_wrong`), and
-    `wrong_choices` counts them.
+    `wrong_choices` counts them. Only comparisons of two sizes the rule
+    chooses from (`SIZE_LADDER`, or its own choice, "auto") count; the others
+    are recorded with `"fitted": false`.
     """
+    from transformer.run.sizing import SIZE_LADDER
+
+    chosen_from = {*SIZE_LADDER, "auto"}
     by_budget: dict[tuple[str, float], dict[str, list[dict]]] = {}
     for run in runs:
         by_budget.setdefault((run["corpus"], run["minutes"]), {}).setdefault(
@@ -190,9 +195,12 @@ def fit(runs: list[dict]) -> dict:
             ratio = statistics.mean(pick(r["tokens_per_parameter"],
                                          r.get("rule_tokens_per_parameter") or
                                          r["tokens_per_parameter"]) for r in sizes[larger])
-            (won if wins else lost).append(ratio)
+            fitted = {smaller, larger} <= chosen_from
+            if fitted:
+                (won if wins else lost).append(ratio)
             comparisons.append({"corpus": corpus, "minutes": minutes, "smaller": smaller,
                                 "larger": larger, "bleu": mean, "larger_wins": wins,
+                                "fitted": fitted,
                                 "larger_tokens_per_parameter": round(ratio, 3),
                                 "updates": {s: round(statistics.mean(r["updates"] for r in
                                                                      sizes[s]))

@@ -155,3 +155,19 @@ def test_overlapping_wins_and_losses_fit_the_threshold_with_the_fewest_wrong_cho
     assert (threshold["above"], threshold["at_most"]) == (medium[15], medium[5])
     assert threshold["fitted"] == model_sizes.just_above(medium[15]) > medium[15]
     assert threshold["wrong_choices"] == 1
+
+
+def test_a_size_the_rule_does_not_choose_from_is_recorded_but_not_fitted():
+    """`mini` is below the rule's ladder: its win over `small` would otherwise
+    pull the threshold above `small`'s ratio."""
+    def run(size, params, bleu, ratio):
+        return {"corpus": "ui", "minutes": 5.0, "size": size, "body_parameters": params,
+                "bleu_lc": bleu, "tokens_per_parameter": ratio, "updates": 100}
+
+    runs = [run("mini", 1, 30.0, 9.0), run("small", 2, 25.0, 4.0),
+            run("tutorial", 4, 20.0, 1.0)]
+    result = model_sizes.fit(runs)
+    assert [(c["smaller"], c["fitted"]) for c in result["comparisons"]] == \
+        [("mini", False), ("small", True)]
+    assert result["tokens_per_parameter"]["above"] == 1.0
+    assert model_sizes.fit(runs[1:])["tokens_per_parameter"] == result["tokens_per_parameter"]
