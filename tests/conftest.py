@@ -50,6 +50,22 @@ try:
 except ImportError:  # not on Windows: each worker trains its own runs there
     fcntl = None
 
+
+def _share_the_cores() -> None:
+    """Each pytest-xdist worker's TensorFlow, and the processes it starts, takes
+    its share of the cores for an op's threads (`TF_NUM_INTRAOP_THREADS`): with
+    a pool of every core in each worker, the workers' threads outnumber the
+    cores and wait on each other. Set before TensorFlow is imported; a value
+    already in the environment is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, cores // workers)))
+
+
+_share_the_cores()
+
 # A thousand toy pairs, a one-layer model and 150 steps: about 30 s on two CPU
 # cores. It is not a good translator (about 70% of the test tokens right), but
 # its outputs follow their sources and end. Two vocabularies, not the corpus
