@@ -60,7 +60,7 @@ SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # model") rounded down to a tenth: of the thresholds with the fewest wrong
 # choices over every comparison of a size with the next smaller one, the
 # highest, since a larger size chosen too early costs more than one chosen late.
-TOKENS_PER_PARAMETER = 5.3
+TOKENS_PER_PARAMETER = 7.3
 # Repeated passes over the corpus are worth a unique pass's tokens times
 # exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
 REPEAT_DECAY = 15.4
