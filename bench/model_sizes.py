@@ -217,7 +217,27 @@ def fit(runs: list[dict]) -> dict:
     wrong = wrong_choices(value, won, lost) if value else None
     return {"comparisons": comparisons,
             "tokens_per_parameter": {"above": above, "at_most": below, "fitted": value,
-                                     "wrong_choices": wrong}}
+                                     "wrong_choices": wrong,
+                                     "fewest_wrong_ranges": fewest_wrong_ranges(won, lost)}}
+
+
+def fewest_wrong_ranges(won: list[float], lost: list[float]) -> list[dict]:
+    """Every range of thresholds that makes the fewest wrong choices, as
+    `{"above": a, "at_most": b}` (None: unbounded), and that number.
+
+    >>> fewest_wrong_ranges(won=[1.8, 3.0], lost=[0.7, 2.1])
+    [{'above': 0.7, 'at_most': 1.8, 'wrong': 1}, {'above': 2.1, 'at_most': 3.0, 'wrong': 1}]
+    """
+    if not won and not lost:
+        return []
+    points = sorted(set(won) | set(lost))
+    # `wrong_choices` is constant between two neighbouring ratios (above the
+    # lower, at most the upper); above the highest, every win is wrong.
+    ranges = [{"above": low, "at_most": high,
+               "wrong": wrong_choices(high, won, lost) if high is not None else len(won)}
+              for low, high in zip([None, *points], [*points, None], strict=True)]
+    least = min(r["wrong"] for r in ranges)
+    return [r for r in ranges if r["wrong"] == least]
 
 
 def wrong_choices(threshold: float, won: list[float], lost: list[float]) -> int:
@@ -300,10 +320,14 @@ def plot(record: dict, path: Path, title: str) -> None:
             # its sizes as model options).
             presets = sorted({run.get("preset") for run in own} - {None}) if size == "auto" else []
             chosen = f": the rule chose {', '.join(presets)}" if presets else ""
+            # An `auto` run that chose one size takes that size's colour, as a star.
+            colour = f"C{sizes.index(presets[0])}" if len(presets) == 1 and \
+                presets[0] in sizes else f"C{index}"
+            marker, mark_size = ("*", 11) if size == "auto" else ("D", 4)
             ax.plot([r["minutes"] for r in own], [r["bleu_lc"] for r in own], "o", alpha=0.45,
-                    color=f"C{index}", markersize=4, zorder=2)
-            ax.plot(minutes, [statistics.mean(by_minutes[m]) for m in minutes], "-D",
-                    color=f"C{index}", markersize=4, zorder=3,
+                    color=colour, markersize=4, zorder=2)
+            ax.plot(minutes, [statistics.mean(by_minutes[m]) for m in minutes], "-" + marker,
+                    color=colour, markersize=mark_size, zorder=3,
                     label=f"{size}{chosen} ({params:.1f}M body parameters)")
         ax.set_title(corpus, fontsize=10)
         ax.set_xlabel("training budget (minutes, one CPU core)")

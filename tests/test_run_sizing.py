@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 
 import pytest
@@ -122,6 +123,31 @@ def test_each_boundary_is_where_the_rule_says():
         under, _ = _resolved(seconds * 0.999 / 60, pairs=50_000_000)
         assert at.preset == larger, (larger, seconds)
         assert SIZE_LADDER.index(under.preset) < SIZE_LADDER.index(larger)
+
+
+def test_on_a_corpus_read_many_times_the_boundary_counts_repeats_for_less():
+    """On 100,000 pairs read up to 40 times, the tutorial's size is chosen only
+    once the budget's tokens, repeated passes discounted, reach the threshold:
+    later than the same tokens of a first pass would."""
+    def choice(minutes):
+        config, _ = _resolved(minutes, pairs=100_000, epochs=40)
+        return config
+
+    low, high = 1.0, 24 * 60.0
+    assert choice(low).preset == "small" and choice(high).preset != "small"
+    while high - low > 0.01:  # the budget at which the choice leaves `small`
+        middle = (low + high) / 2
+        low, high = (middle, high) if choice(middle).preset == "small" else (low, middle)
+    under, at = choice(low), choice(high)
+    assert at.preset == "tutorial"
+    rows = {"under": under.size_rule["candidates"]["tutorial"],
+            "at": at.size_rule["candidates"]["tutorial"]}
+    assert rows["under"]["tokens_per_parameter"] < TOKENS_PER_PARAMETER
+    assert rows["at"]["tokens_per_parameter"] >= TOKENS_PER_PARAMETER
+    corpus_tokens = at.size_rule["corpus_tokens"]
+    assert rows["at"]["planned_tokens"] > 3 * corpus_tokens  # repeats decide here
+    assert rows["at"]["planned_tokens"] > 1.1 * TOKENS_PER_PARAMETER * \
+        rows["at"]["body_parameters"]
 
 
 def test_no_size_plans_more_updates_than_the_runs_epochs_allow():
@@ -274,10 +300,11 @@ def test_measure_step_times_real_steps(monkeypatch):
     assert 0 < seconds < 60
 
 
-def test_a_budget_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeypatch):
+def test_a_budget_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeypatch, caplog):
     """At real-run settings (a TSV corpus, a time budget, no model option): the
-    trainer measures once, trains the chosen size, records it in config.json;
-    the resume trains the same model without measuring again."""
+    trainer measures once, trains the chosen size, records it in config.json
+    and says why in one line of the log; the resume trains the same model
+    without measuring again."""
     from conftest import write_toy_tsv
 
     from transformer import rundir
@@ -298,7 +325,11 @@ def test_a_budget_run_records_its_choice_and_a_resume_keeps_it(tmp_path, monkeyp
                        output_dir=str(tmp_path / "run"), time_budget=1.0, vocab_size=120,
                        precision="float32", eval_beam_size=1)
     assert config.preset == AUTO_PRESET
-    first = train(config, verbose=0, export=False)
+    with caplog.at_level(logging.INFO, logger="transformer"):
+        first = train(config, verbose=0, export=False)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Model size:")]
+    assert len(said) == 1 and "\n" not in said[0], said
+    assert said[0].startswith("Model size: toy") and "small would get" in said[0], said
     saved = json.loads((first.run_dir / rundir.CONFIG_FILE).read_text(encoding="utf-8"))
     assert measured == [("float32", "small", 120, measured[0][3])]
     assert saved["preset"] == "toy" and saved["model"]["d_model"] == PRESETS["toy"].d_model

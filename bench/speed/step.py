@@ -60,6 +60,7 @@ import time
 
 from common import RESULTS, machine, worker_json, write_json
 
+from transformer.model_config import PRESETS  # plain Python
 from transformer.run.allocator import BFC_ALLOCATOR_ENV  # standard library only
 
 VARIANTS = ("default", "before", "broadcast-logits", "keras-adam", "onednn", "malloc",
@@ -188,7 +189,8 @@ def worker(args) -> dict:
         from transformer import seams
 
         seams.token_losses = training.token_losses
-    config = RunConfig(data=args.data, precision=default_precision())  # train.py's choice here
+    config = RunConfig(data=args.data, precision=default_precision(),  # train.py's choice here
+                       preset=args.preset)
     keras.mixed_precision.set_global_policy(config.precision)
     corpus = load_corpus(CorpusSource(data=args.data, seed=0))
     tokenizers = build_tokenizers(corpus.train, config.vocab_size, config.lower_case,
@@ -251,6 +253,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--skip", type=int, default=300, help="untimed steps before them")
     parser.add_argument("--batch-tokens", type=int, default=357,
                         help="the token budget train.py sizes for the development corpus")
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                        help="the model's preset (default: the real-text model without a "
+                        "time budget)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "before"])
     parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
@@ -268,7 +273,8 @@ def run(args, parser=None) -> int:
         return 0
     before = machine()
     arguments = ["--data", args.data, "--steps", str(args.steps), "--skip", str(args.skip),
-                 "--batch-tokens", str(args.batch_tokens), "--profile", str(args.profile)]
+                 "--batch-tokens", str(args.batch_tokens), "--profile", str(args.profile),
+                 *(["--preset", args.preset] if args.preset else [])]
     runs = {variant: [] for variant in args.variants}
     for round_index in range(args.rounds):
         for variant in args.variants:

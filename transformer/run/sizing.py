@@ -57,9 +57,10 @@ SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # A size is trained when the budget gives it at least this many effective
 # tokens per body parameter: `bench/model_sizes.py`'s fit of
 # bench/results/model_sizes_zen4.json (BENCHMARKS.md, "The budget chooses the
-# model") rounded down to a tenth: of the thresholds with the fewest wrong
-# choices over every comparison of a size with the next smaller one, the
-# highest, since a larger size chosen too early costs more than one chosen late.
+# model"): of the thresholds with the fewest wrong choices over every
+# comparison of a size with the next smaller one, the start of the highest
+# range (the first tenth above a losing ratio), since a larger size chosen too
+# early costs more than one chosen late.
 TOKENS_PER_PARAMETER = 7.3
 # Repeated passes over the corpus are worth a unique pass's tokens times
 # exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
@@ -238,7 +239,7 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
 def explain(chosen: str, rows: dict[str, dict]) -> str:
     """Why `chosen`, in words, for the log's line."""
     row = rows[chosen]
-    why = (f"{row['planned_tokens']:,} batch tokens at {row['tokens_per_second']:,.0f} a "
+    why = (f"{row['planned_tokens']:,} planned tokens at {row['tokens_per_second']:,.0f} a "
            f"second, {row['effective_tokens']:,} counting repeated passes, "
            f"{row['tokens_per_parameter']:.2f} per body parameter (the rule asks "
            f"{TOKENS_PER_PARAMETER})")
