@@ -149,6 +149,8 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
                          "rule_tokens_per_parameter": (
                              config.size_rule["candidates"][config.preset]["tokens_per_parameter"]
                              if config.size_rule and "candidates" in config.size_rule else None),
+                         # The threshold the rule chose with (it has been refitted since).
+                         "rule_threshold": (config.size_rule or {}).get("tokens_per_parameter"),
                          "corpus_tokens": corpus_tokens,
                          "machine": record.get("machine_after") or record.get("machine_before")})
     if not runs:
@@ -319,7 +321,10 @@ def plot(record: dict, path: Path, title: str) -> None:
             # Only `auto` runs chose their preset (the others name theirs, or passed
             # its sizes as model options).
             presets = sorted({run.get("preset") for run in own} - {None}) if size == "auto" else []
-            chosen = f": the rule chose {', '.join(presets)}" if presets else ""
+            thresholds = sorted({run.get("rule_threshold") for run in own} - {None})
+            chosen = (f": the rule chose {', '.join(presets)}"
+                      + (f" (threshold {', '.join(map(str, thresholds))})" if thresholds else "")
+                      if presets else "")
             # An `auto` run that chose one size takes that size's colour, as a star.
             colour = f"C{sizes.index(presets[0])}" if len(presets) == 1 and \
                 presets[0] in sizes else f"C{index}"

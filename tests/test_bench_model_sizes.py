@@ -155,6 +155,10 @@ def test_overlapping_wins_and_losses_fit_the_threshold_with_the_fewest_wrong_cho
     assert (threshold["above"], threshold["at_most"]) == (medium[15], medium[5])
     assert threshold["fitted"] == model_sizes.just_above(medium[15]) > medium[15]
     assert threshold["wrong_choices"] == 1
+    # Equally wrong: below medium's winning ratio, and above its losing one.
+    assert threshold["fewest_wrong_ranges"] == [
+        {"above": None, "at_most": medium[5], "wrong": 1},
+        {"above": medium[15], "at_most": None, "wrong": 1}]
 
 
 def test_a_size_the_rule_does_not_choose_from_is_recorded_but_not_fitted():

@@ -33,8 +33,10 @@ share of the source and target tokens and the final projection's share of the
 FLOPs. With `--ceiling` (the default), one more process times a plain
 2048 x 2048 matmul in the same precision on the same core, and each variant's
 GFLOP/s is also given as a share of that ceiling. `--profile N` profiles N
-more steps of each variant with TensorFlow's profiler and writes op time per
-category and op type (`<output>_<variant>_profile.txt`).
+more steps of each variant with TensorFlow's profiler and records op time per
+step by category and of the top op types in the results. `--preset` times
+another size; run the command under `taskset -c 0` and `taskset -c 0,1` to
+see which ops gain from a second core.
 
 Each process learns the vocabulary from the training file, runs `--skip`
 steps of the stream untimed (most batch shapes are then built; `--skip 5`
