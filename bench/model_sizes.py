@@ -145,6 +145,9 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
                          "planned_tokens": planned,
                          "effective_tokens": round(tokens) if tokens else None,
                          "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
+                         # Passes over the corpus as the run batched it.
+                         "passes": round(run["updates"] / config.steps_per_epoch, 2)
+                         if config.steps_per_epoch else None,
                          # An "auto" run's own plan, made before training (None for a preset).
                          "rule_tokens_per_parameter": (
                              config.size_rule["candidates"][config.preset]["tokens_per_parameter"]
@@ -204,6 +207,7 @@ def fit(runs: list[dict]) -> dict:
                                 "larger": larger, "bleu": mean, "larger_wins": wins,
                                 "fitted": fitted,
                                 "larger_tokens_per_parameter": round(ratio, 3),
+                                "passes": {s: sizes[s][0].get("passes") for s in (smaller, larger)},
                                 "updates": {s: round(statistics.mean(r["updates"] for r in
                                                                      sizes[s]))
                                             for s in (smaller, larger)}})

@@ -24,7 +24,7 @@ def _run(runs: Path, corpus: str, size: str, minutes: float, seed: int, bleu: fl
 
     run_dir = runs / size / f"{corpus}_{minutes:g}min_s{seed}"
     run_dir.mkdir(parents=True)
-    config = RunConfig(data="train.tsv", preset=size, batch_tokens=384)
+    config = RunConfig(data="train.tsv", preset=size, batch_tokens=384, steps_per_epoch=40)
     (run_dir / "config.json").write_text(json.dumps(config.to_dict()), encoding="utf-8")
     lines = [f"Corpus {corpus}/train.tsv: 1000 training, 10 validation, 10 test pairs."]
     lines += [f"Step {i}: 9.00 steps a second ({rate:,} target tokens a second), loss 3.0."
@@ -66,6 +66,7 @@ def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs
     assert first["tokens_per_parameter"] == pytest.approx(
         100 * 384 / body_parameters(PRESETS["tutorial"]), abs=1e-3)
     assert first["corpus_tokens"] == 1000 * 384 // 32  # pairs times the mean padded length
+    assert first["passes"] == 100 / 40  # its updates over a pass's steps
     assert first["model"]["d_model"] == 128
     # As a reader runs it from a clone, with no path of this machine.
     assert first["command"] == ("taskset -c 1 python train.py --data ui/train.tsv --output-dir "
