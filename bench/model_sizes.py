@@ -162,25 +162,24 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
 
 
 def fit(runs: list[dict]) -> dict:
-    """The size rule's threshold of effective tokens per body parameter
-    (`transformer.run.sizing.TOKENS_PER_PARAMETER`) from the runs.
+    """The size rule's thresholds (`transformer.run.sizing`: `PASSES`,
+    `CORPUS_TOKENS_PER_PARAMETER`, `TOKENS_PER_PARAMETER`) from the runs.
 
     At each budget, every size is compared with the next smaller one by mean
-    BLEU. Where the larger wins, the rule must choose it: the threshold is at
-    most the larger's ratio there; where it loses, the threshold is above it.
-    A run the rule sized itself ("auto") also has the ratio the rule planned
-    for it before training (`rule_tokens_per_parameter`; a shared machine
-    trains fewer tokens than planned): a loss counts at the larger of the two,
-    a win at the smaller, so the rule would not make a losing choice again.
-    The fitted threshold is the geometric mean of the highest losing and the
-    lowest winning ratio; with no win measured, the first tenth above the
-    highest losing ratio (a lower bound: longer runs would raise it). Where
-    wins and losses overlap (a larger size won at a lower ratio than one at
-    which it lost elsewhere), no threshold makes every choice right: the
-    fitted one is the one that makes the fewest wrong (`fewest_wrong`), and
-    `wrong_choices` counts them. Only comparisons of two sizes the rule
-    chooses from (`SIZE_LADDER`, or its own choice, "auto") count; the others
-    are recorded with `"fitted": false`.
+    BLEU. Where the larger wins, the rule must choose it; where it loses, not.
+    Passes first: over the comparisons in which the larger size read the
+    corpus more than once, its passes are fitted as one threshold
+    (`threshold`); the corpus's tokens per body parameter must be at least
+    the lowest at which a larger size won by its passes (rounded down to a
+    thousandth). The threshold of effective tokens per body parameter is then
+    fitted over the comparisons the passes do not decide. A run the rule
+    sized itself ("auto") also has the ratio the rule planned for it before
+    training (`rule_tokens_per_parameter`; a shared machine trains fewer
+    tokens than planned): a loss counts at the larger of the two, a win at
+    the smaller, so the rule would not make a losing choice again.
+    `wrong_choices` counts the fitted rule's wrong choices. Only comparisons
+    of two sizes the rule chooses from (`SIZE_LADDER`, or its own choice,
+    "auto") count; the others are recorded with `"fitted": false`.
     """
     from transformer.run.sizing import SIZE_LADDER
 
@@ -189,7 +188,7 @@ def fit(runs: list[dict]) -> dict:
     for run in runs:
         by_budget.setdefault((run["corpus"], run["minutes"]), {}).setdefault(
             run["size"], []).append(run)
-    comparisons, won, lost = [], [], []
+    comparisons = []
     for (corpus, minutes), sizes in sorted(by_budget.items()):
         ordered = sorted(sizes, key=lambda s: sizes[s][0]["body_parameters"])
         for smaller, larger in zip(ordered, ordered[1:], strict=False):
@@ -200,17 +199,57 @@ def fit(runs: list[dict]) -> dict:
             ratio = statistics.mean(pick(r["tokens_per_parameter"],
                                          r.get("rule_tokens_per_parameter") or
                                          r["tokens_per_parameter"]) for r in sizes[larger])
-            fitted = {smaller, larger} <= chosen_from
-            if fitted:
-                (won if wins else lost).append(ratio)
+            first = sizes[larger][0]
             comparisons.append({"corpus": corpus, "minutes": minutes, "smaller": smaller,
                                 "larger": larger, "bleu": mean, "larger_wins": wins,
-                                "fitted": fitted,
+                                "fitted": {smaller, larger} <= chosen_from,
                                 "larger_tokens_per_parameter": round(ratio, 3),
                                 "passes": {s: sizes[s][0].get("passes") for s in (smaller, larger)},
+                                "larger_corpus_tokens_per_parameter": round(
+                                    first["corpus_tokens"] / first["body_parameters"], 5)
+                                if first.get("corpus_tokens") else None,
                                 "updates": {s: round(statistics.mean(r["updates"] for r in
                                                                      sizes[s]))
                                             for s in (smaller, larger)}})
+    fitted = [c for c in comparisons if c["fitted"]]
+
+    def passes(c):
+        return c["passes"][c["larger"]] or 0.0
+
+    repeated = [c for c in fitted if passes(c) > 1]
+    by_passes = threshold([passes(c) for c in repeated if c["larger_wins"]],
+                          [passes(c) for c in repeated if not c["larger_wins"]])
+    least_passes = by_passes["fitted"]
+    corpus_ratios = [c["larger_corpus_tokens_per_parameter"] for c in repeated
+                     if c["larger_wins"] and least_passes and passes(c) >= least_passes
+                     and c["larger_corpus_tokens_per_parameter"] is not None]
+    least_corpus = math.floor(min(corpus_ratios) * 1000) / 1000 if corpus_ratios else None
+
+    def by_its_passes(c):
+        return least_corpus is not None and passes(c) >= least_passes and \
+            (c["larger_corpus_tokens_per_parameter"] or 0) >= least_corpus
+
+    rest = [c for c in fitted if not by_its_passes(c)]
+    by_tokens = threshold([c["larger_tokens_per_parameter"] for c in rest if c["larger_wins"]],
+                          [c["larger_tokens_per_parameter"] for c in rest
+                           if not c["larger_wins"]])
+    least_tokens = by_tokens["fitted"]
+    wrong = sum((by_its_passes(c) or (least_tokens is not None and
+                                     c["larger_tokens_per_parameter"] >= least_tokens))
+                != c["larger_wins"] for c in fitted) if least_tokens else None
+    return {"comparisons": comparisons, "passes": by_passes,
+            "corpus_tokens_per_parameter": {"at_most": min(corpus_ratios, default=None),
+                                            "fitted": least_corpus},
+            "tokens_per_parameter": by_tokens, "wrong_choices": wrong}
+
+
+def threshold(won: list[float], lost: list[float]) -> dict:
+    """One threshold from the values at which the larger size won and lost:
+    the geometric mean of the highest losing and the lowest winning value;
+    with no win measured, the first tenth above the highest losing value (a
+    lower bound: longer runs would raise it). Where wins and losses overlap,
+    no threshold makes every choice right: the fitted one is the one that
+    makes the fewest wrong (`fewest_wrong`), and `wrong_choices` counts them."""
     above, below = (max(lost) if lost else None), (min(won) if won else None)
     if above and below and above < below:
         value = round((above * below) ** 0.5, 2)
@@ -220,11 +259,9 @@ def fit(runs: list[dict]) -> dict:
         value = fewest_wrong(won, lost)
     else:
         value = None
-    wrong = wrong_choices(value, won, lost) if value else None
-    return {"comparisons": comparisons,
-            "tokens_per_parameter": {"above": above, "at_most": below, "fitted": value,
-                                     "wrong_choices": wrong,
-                                     "fewest_wrong_ranges": fewest_wrong_ranges(won, lost)}}
+    return {"above": above, "at_most": below, "fitted": value,
+            "wrong_choices": wrong_choices(value, won, lost) if value else None,
+            "fewest_wrong_ranges": fewest_wrong_ranges(won, lost)}
 
 
 def fewest_wrong_ranges(won: list[float], lost: list[float]) -> list[dict]:

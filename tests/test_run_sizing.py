@@ -126,11 +126,12 @@ def test_each_boundary_is_where_the_rule_says():
 
 
 def test_on_a_corpus_read_many_times_the_boundary_counts_repeats_for_less():
-    """On 100,000 pairs read up to 40 times, the tutorial's size is chosen only
+    """On 160,000 pairs read up to 12 times, the tutorial's size is chosen only
     once the budget's tokens, repeated passes discounted, reach the threshold:
-    later than the same tokens of a first pass would."""
+    later than the same tokens of a first pass would (and before the passes
+    alone would choose it)."""
     def choice(minutes):
-        config, _ = _resolved(minutes, pairs=100_000, epochs=40)
+        config, _ = _resolved(minutes, pairs=160_000, epochs=12)
         return config
 
     low, high = 1.0, 24 * 60.0
@@ -148,6 +149,36 @@ def test_on_a_corpus_read_many_times_the_boundary_counts_repeats_for_less():
     assert rows["at"]["planned_tokens"] > 3 * corpus_tokens  # repeats decide here
     assert rows["at"]["planned_tokens"] > 1.1 * TOKENS_PER_PARAMETER * \
         rows["at"]["body_parameters"]
+    assert rows["at"]["passes"] < sizing.PASSES
+
+
+def test_a_small_corpus_that_the_smaller_size_would_finish_early_feeds_a_larger_one():
+    """26,000 pairs of 12 tokens (a corpus like ui-es-en): the tutorial's size
+    is chosen once the budget lets it make `PASSES` passes, though its
+    effective tokens per body parameter stay far below the threshold, and no
+    size is chosen whose body parameters exceed what the corpus can feed
+    (`CORPUS_TOKENS_PER_PARAMETER`), however long the budget."""
+    def choice(minutes):
+        config, _ = _resolved(minutes, pairs=26_000)
+        return config
+
+    low, high = 1.0, 24 * 60.0
+    assert choice(low).preset == "small" and choice(high).preset != "small"
+    while high - low > 0.01:
+        middle = (low + high) / 2
+        low, high = (middle, high) if choice(middle).preset == "small" else (low, middle)
+    under = choice(low).size_rule["candidates"]["tutorial"]
+    at = choice(high)
+    assert at.preset == "tutorial"
+    row = at.size_rule["candidates"]["tutorial"]
+    assert under["passes"] < sizing.PASSES <= row["passes"]
+    assert row["tokens_per_parameter"] < TOKENS_PER_PARAMETER / 2
+    day = choice(24 * 60)
+    corpus_tokens = day.size_rule["corpus_tokens"]
+    assert corpus_tokens / body_parameters(day.model) >= sizing.CORPUS_TOKENS_PER_PARAMETER
+    larger = SIZE_LADDER[SIZE_LADDER.index(day.preset) + 1]
+    assert corpus_tokens / day.size_rule["candidates"][larger]["body_parameters"] < \
+        sizing.CORPUS_TOKENS_PER_PARAMETER
 
 
 def test_no_size_plans_more_updates_than_the_runs_epochs_allow():

@@ -8,14 +8,17 @@ planned tokens are the updates this machine makes of that size in the
 budget, measured, times the token budget of a batch (`batch_tokens`); the
 effective ones count repeated passes over the corpus (its pairs times their
 mean padded length) at a value that decays as Muennighoff et al. (2023,
-"Scaling Data-Constrained Language Models") fitted (`effective_tokens`), so
-a small corpus holds a smaller model than a large one in the same time.
-Longer budgets and faster machines (a GPU, more cores) thus get larger
-models, and the choice never shrinks as the budget grows. The form is that
-of compute-optimal sizing (Hoffmann et al., 2022: parameters grow with the
-tokens a run can train on); the threshold is fitted to BLEU against minutes
-for each size on the development corpora (BENCHMARKS.md, "The budget chooses
-the model").
+"Scaling Data-Constrained Language Models") fitted (`effective_tokens`).
+The form is that of compute-optimal sizing (Hoffmann et al., 2022:
+parameters grow with the tokens a run can train on). A size is fed too when
+the budget lets it make `PASSES` passes over a corpus of at least
+`CORPUS_TOKENS_PER_PARAMETER` tokens per body parameter: a small corpus that
+the smaller size would finish early (a run stops after its epochs) then
+trains a larger model rather than leave the budget unused. Longer budgets
+and faster machines (a GPU, more cores) thus get larger models, and the
+choice never shrinks as the budget grows. The thresholds are fitted to BLEU
+against minutes for each size on the development corpora (BENCHMARKS.md,
+"The budget chooses the model"); `fed` applies them.
 
 The machine's speed is measured at the start of the run, and only as far as
 the choice needs it (`size_rule`): a few training steps of a size at the
@@ -62,6 +65,17 @@ SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # range (the first tenth above a losing ratio), since a larger size chosen too
 # early costs more than one chosen late.
 TOKENS_PER_PARAMETER = 7.3
+# A size is also trained when the budget lets it make at least `PASSES` passes
+# over the corpus (its epochs allowing) and the corpus has at least
+# `CORPUS_TOKENS_PER_PARAMETER` tokens per body parameter: a small corpus that
+# the smaller size would finish with time to spare feeds a larger one, never
+# larger for its corpus than one measured to win so. `bench/model_sizes.py`'s
+# fit of the same results: the passes between the most at which a larger size
+# lost and the fewest at which it won (their geometric mean, rounded down to a
+# tenth); the corpus's tokens per body parameter of the lowest such win,
+# rounded down to a thousandth.
+PASSES = 11.8
+CORPUS_TOKENS_PER_PARAMETER = 0.04
 # Repeated passes over the corpus are worth a unique pass's tokens times
 # exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
 REPEAT_DECAY = 15.4
@@ -176,30 +190,48 @@ def effective_tokens(planned: float, corpus_tokens: float) -> float:
 
 
 def candidate_row(model: TransformerConfig, tokens_per_second: float, budget_seconds: float,
-                  corpus_tokens: int, max_tokens: float | None = None) -> dict:
+                  corpus_tokens: int, max_tokens: float | None = None,
+                  pass_tokens: float | None = None) -> dict:
     """A size's tokens a second, its planned and effective tokens in the budget
     (at most `max_tokens`, what the run's epochs allow, whatever the budget),
-    its body parameters and their ratio (`tokens_per_parameter`)."""
+    its body parameters and their ratio (`tokens_per_parameter`), its passes
+    over the corpus (planned over `pass_tokens`, a pass's steps times a
+    batch's tokens; None without it), the corpus's tokens per body parameter,
+    and whether the rule would train it (`fed`)."""
     params = body_parameters(model)
     planned = tokens_per_second * budget_seconds
     if max_tokens is not None:
         planned = min(planned, max_tokens)
     effective = effective_tokens(planned, corpus_tokens)
-    return {"tokens_per_second": round(tokens_per_second, 1),
-            "planned_tokens": round(planned),
-            "effective_tokens": round(effective),
-            "body_parameters": params,
-            "tokens_per_parameter": round(effective / params, 3)}
+    row = {"tokens_per_second": round(tokens_per_second, 1),
+           "planned_tokens": round(planned),
+           "effective_tokens": round(effective),
+           "body_parameters": params,
+           "tokens_per_parameter": round(effective / params, 3),
+           "passes": round(planned / pass_tokens, 2) if pass_tokens else None,
+           "corpus_tokens_per_parameter": round(corpus_tokens / params, 4)}
+    return {**row, "fed": fed(row)}
+
+
+def fed(row: dict) -> bool:
+    """Whether the rule trains a size with `candidate_row`'s figures: enough
+    effective tokens per body parameter, or enough passes over a corpus large
+    enough for it."""
+    return row["tokens_per_parameter"] >= TOKENS_PER_PARAMETER or (
+        (row["passes"] or 0) >= PASSES
+        and row["corpus_tokens_per_parameter"] >= CORPUS_TOKENS_PER_PARAMETER)
 
 
 def climb(measure: Callable[[str], float], budget_seconds: float, base: TransformerConfig,
           vocab_size: int, mean_tokens: float, batch_tokens: int, corpus_tokens: int,
-          max_steps: int | None = None) -> tuple[str, dict[str, float], dict[str, dict]]:
+          max_steps: int | None = None, pass_steps: int | None = None,
+          ) -> tuple[str, dict[str, float], dict[str, dict]]:
     """The largest size of the ladder the budget can feed, measuring no more
     sizes than that takes; the step seconds measured; every size's row
     (`candidate_row`, `"measured"` false for an estimate through the measured
     sizes, `Speed.through`). A run stops after `max_steps` updates (its epochs'),
-    however much of the budget is left: no size plans more.
+    however much of the budget is left: no size plans more. A pass over the
+    corpus is `pass_steps` updates.
 
     `measure(preset)` is the mean step seconds of a size at the run's batches.
     The smallest size is chosen when the next one cannot be fed, so the climb
@@ -211,20 +243,18 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
         return token_cost(candidate_model(preset, base), vocab_size, mean_tokens)
 
     max_tokens = None if max_steps is None else max_steps * batch_tokens
+    pass_tokens = None if pass_steps is None else pass_steps * batch_tokens
 
     def row(preset, tokens_per_second):
         return candidate_row(candidate_model(preset, base), tokens_per_second,
-                             budget_seconds, corpus_tokens, max_tokens)
-
-    def ratio(preset, tokens_per_second):
-        return row(preset, tokens_per_second)["tokens_per_parameter"]
+                             budget_seconds, corpus_tokens, max_tokens, pass_tokens)
 
     chosen, seconds, bound = SIZE_LADDER[0], {}, None
     for preset in SIZE_LADDER[1:]:
-        if bound is not None and ratio(preset, bound) < TOKENS_PER_PARAMETER:
+        if bound is not None and not row(preset, bound)["fed"]:
             break
         seconds[preset] = measure(preset)
-        if ratio(preset, batch_tokens / seconds[preset]) < TOKENS_PER_PARAMETER:
+        if not row(preset, batch_tokens / seconds[preset])["fed"]:
             break
         chosen, bound = preset, batch_tokens / seconds[preset]
     speed = Speed.through([(cost(p), seconds[p]) for p in seconds], batch_tokens)
@@ -238,17 +268,20 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
 
 def explain(chosen: str, rows: dict[str, dict]) -> str:
     """Why `chosen`, in words, for the log's line."""
+    def figures(row):
+        passes = "" if row["passes"] is None else f" and {row['passes']:.1f} passes"
+        return f"{row['tokens_per_parameter']:.2f} per body parameter{passes}"
+
     row = rows[chosen]
     why = (f"{row['planned_tokens']:,} planned tokens at {row['tokens_per_second']:,.0f} a "
-           f"second, {row['effective_tokens']:,} counting repeated passes, "
-           f"{row['tokens_per_parameter']:.2f} per body parameter (the rule asks "
-           f"{TOKENS_PER_PARAMETER})")
+           f"second, {row['effective_tokens']:,} counting repeated passes, {figures(row)} "
+           f"(the rule asks {TOKENS_PER_PARAMETER} per body parameter, or {PASSES:g} passes "
+           f"over a corpus of {CORPUS_TOKENS_PER_PARAMETER:g} tokens per body parameter)")
     larger = SIZE_LADDER.index(chosen) + 1
     if larger < len(SIZE_LADDER):
         bigger = rows[SIZE_LADDER[larger]]
         estimated = "" if bigger["measured"] else ", estimated"
-        why += (f"; {SIZE_LADDER[larger]} would get {bigger['tokens_per_parameter']:.2f}"
-                f"{estimated}")
+        why += f"; {SIZE_LADDER[larger]} would get {figures(bigger)}{estimated}"
     return why
 
 
@@ -289,14 +322,16 @@ def size_rule(config, measure: Callable[[str], float], vocab_size: int, mean_tok
     max_steps = config.epochs * config.steps_per_epoch \
         if config.epochs and config.steps_per_epoch else None
     chosen, seconds, rows = climb(measure, config.time_budget, config.model, vocab_size,
-                                  mean_tokens, batch_tokens, corpus_tokens, max_steps)
+                                  mean_tokens, batch_tokens, corpus_tokens, max_steps,
+                                  config.steps_per_epoch)
     sizes = PRESETS[chosen]
     reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
               f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {explain(chosen, rows)}")
     record = {"preset": chosen, "reason": reason,
               "step_seconds": {preset: round(value, 5) for preset, value in seconds.items()},
               "batch_tokens": batch_tokens, "max_steps": max_steps, "candidates": rows,
-              "tokens_per_parameter": TOKENS_PER_PARAMETER,
+              "tokens_per_parameter": TOKENS_PER_PARAMETER, "passes": PASSES,
+              "corpus_tokens_per_parameter": CORPUS_TOKENS_PER_PARAMETER,
               "repeat_decay": REPEAT_DECAY,
               "corpus_tokens": int(corpus_tokens)}
     return chosen, record
