@@ -145,9 +145,9 @@ def collect_corpus(runs_dir: Path, corpus: Path) -> list[dict]:
                          "planned_tokens": planned,
                          "effective_tokens": round(tokens) if tokens else None,
                          "tokens_per_parameter": round(tokens / params, 3) if tokens else None,
-                         # Passes over the corpus as the run batched it.
-                         "passes": round(run["updates"] / config.steps_per_epoch, 2)
-                         if config.steps_per_epoch else None,
+                         # As the size rule counts them: planned over the corpus's tokens.
+                         "passes": round(planned / corpus_tokens, 2)
+                         if planned and corpus_tokens else None,
                          # An "auto" run's own plan, made before training (None for a preset).
                          "rule_tokens_per_parameter": (
                              config.size_rule["candidates"][config.preset]["tokens_per_parameter"]
@@ -181,7 +181,7 @@ def fit(runs: list[dict]) -> dict:
     of two sizes the rule chooses from (`SIZE_LADDER`, or its own choice,
     "auto") count; the others are recorded with `"fitted": false`.
     """
-    from transformer.run.sizing import SIZE_LADDER
+    from transformer.run.sizing import SIZE_LADDER, fed
 
     chosen_from = {*SIZE_LADDER, "auto"}
     by_budget: dict[tuple[str, float], dict[str, list[dict]]] = {}
@@ -204,7 +204,9 @@ def fit(runs: list[dict]) -> dict:
                                 "larger": larger, "bleu": mean, "larger_wins": wins,
                                 "fitted": {smaller, larger} <= chosen_from,
                                 "larger_tokens_per_parameter": round(ratio, 3),
-                                "passes": {s: sizes[s][0].get("passes") for s in (smaller, larger)},
+                                "passes": {s: round(statistics.mean(r.get("passes") or 0.0
+                                                                    for r in sizes[s]), 2)
+                                           for s in (smaller, larger)},
                                 "larger_corpus_tokens_per_parameter": round(
                                     first["corpus_tokens"] / first["body_parameters"], 5)
                                 if first.get("corpus_tokens") else None,
@@ -214,33 +216,34 @@ def fit(runs: list[dict]) -> dict:
     fitted = [c for c in comparisons if c["fitted"]]
 
     def passes(c):
-        return c["passes"][c["larger"]] or 0.0
+        return c["passes"][c["larger"]]
+
+    def chosen(c, thresholds):
+        corpus = c["larger_corpus_tokens_per_parameter"]
+        return fed(c["larger_tokens_per_parameter"], passes(c),
+                   float("-inf") if corpus is None else corpus, thresholds)
 
     repeated = [c for c in fitted if passes(c) > 1]
     by_passes = threshold([passes(c) for c in repeated if c["larger_wins"]],
                           [passes(c) for c in repeated if not c["larger_wins"]])
-    least_passes = by_passes["fitted"]
     corpus_ratios = [c["larger_corpus_tokens_per_parameter"] for c in repeated
-                     if c["larger_wins"] and least_passes and passes(c) >= least_passes
+                     if c["larger_wins"] and by_passes["fitted"] is not None
+                     and passes(c) >= by_passes["fitted"]
                      and c["larger_corpus_tokens_per_parameter"] is not None]
     least_corpus = math.floor(min(corpus_ratios) * 1000) / 1000 if corpus_ratios else None
-
-    def by_its_passes(c):
-        return least_corpus is not None and passes(c) >= least_passes and \
-            (c["larger_corpus_tokens_per_parameter"] or 0) >= least_corpus
-
-    rest = [c for c in fitted if not by_its_passes(c)]
+    # The comparisons the passes decide leave the tokens threshold to the rest.
+    rest = [c for c in fitted if not chosen(c, (None, by_passes["fitted"], least_corpus))]
     by_tokens = threshold([c["larger_tokens_per_parameter"] for c in rest if c["larger_wins"]],
                           [c["larger_tokens_per_parameter"] for c in rest
                            if not c["larger_wins"]])
-    least_tokens = by_tokens["fitted"]
-    wrong = sum((by_its_passes(c) or (least_tokens is not None and
-                                     c["larger_tokens_per_parameter"] >= least_tokens))
-                != c["larger_wins"] for c in fitted) if least_tokens else None
+    thresholds = (by_tokens["fitted"], by_passes["fitted"], least_corpus)
     return {"comparisons": comparisons, "passes": by_passes,
-            "corpus_tokens_per_parameter": {"at_most": min(corpus_ratios, default=None),
-                                            "fitted": least_corpus},
-            "tokens_per_parameter": by_tokens, "wrong_choices": wrong}
+            "corpus_tokens_per_parameter": {
+                "at_most": min(corpus_ratios, default=None), "fitted": least_corpus,
+                "note": None if least_corpus is not None else
+                "no larger size won by its passes: the passes decide nothing"},
+            "tokens_per_parameter": by_tokens,
+            "wrong_choices": sum(chosen(c, thresholds) != c["larger_wins"] for c in fitted)}
 
 
 def threshold(won: list[float], lost: list[float]) -> dict:

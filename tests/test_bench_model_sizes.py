@@ -18,17 +18,16 @@ import model_sizes  # noqa: E402
 
 
 def _run(runs: Path, corpus: str, size: str, minutes: float, seed: int, bleu: float,
-         rates: list[int], updates: int = 100, steps_per_epoch: int = 4000) -> None:
+         rates: list[int], updates: int = 100, pairs: int = 1_000_000) -> None:
     """A finished run of budget_curve.py: its results file, config.json and log
-    (by default less than a pass over the corpus)."""
+    (by default a small part of a pass over the corpus)."""
     from transformer.run.config import RunConfig
 
     run_dir = runs / size / f"{corpus}_{minutes:g}min_s{seed}"
     run_dir.mkdir(parents=True)
-    config = RunConfig(data="train.tsv", preset=size, batch_tokens=384,
-                       steps_per_epoch=steps_per_epoch)
+    config = RunConfig(data="train.tsv", preset=size, batch_tokens=384)
     (run_dir / "config.json").write_text(json.dumps(config.to_dict()), encoding="utf-8")
-    lines = [f"Corpus {corpus}/train.tsv: 1000 training, 10 validation, 10 test pairs."]
+    lines = [f"Corpus {corpus}/train.tsv: {pairs} training, 10 validation, 10 test pairs."]
     lines += [f"Step {i}: 9.00 steps a second ({rate:,} target tokens a second), loss 3.0."
              for i, rate in enumerate(rates)]
     (run_dir.parent / f"{run_dir.name}.log").write_text("\n".join(lines), encoding="utf-8")
@@ -67,8 +66,8 @@ def test_collect_reads_rates_from_the_logs_and_relates_tokens_to_parameters(runs
     assert first["body_parameters"] == body_parameters(PRESETS["tutorial"])
     assert first["tokens_per_parameter"] == pytest.approx(
         100 * 384 / body_parameters(PRESETS["tutorial"]), abs=1e-3)
-    assert first["corpus_tokens"] == 1000 * 384 // 32  # pairs times the mean padded length
-    assert first["passes"] == round(100 / 4000, 2)  # its updates over a pass's steps
+    assert first["corpus_tokens"] == 1_000_000 * 384 // 32  # pairs times their mean padded length
+    assert first["passes"] == round(100 * 384 / first["corpus_tokens"], 2)  # planned over them
     assert first["model"]["d_model"] == 128
     # As a reader runs it from a clone, with no path of this machine.
     assert first["command"] == ("taskset -c 1 python train.py --data ui/train.tsv --output-dir "
@@ -181,28 +180,33 @@ def test_a_size_the_rule_does_not_choose_from_is_recorded_but_not_fitted():
 
 
 def test_a_larger_size_that_won_by_its_passes_fits_the_passes_and_the_corpus_bound(tmp_path):
-    """Over a small corpus read many times, medium loses at 5 passes and wins at
-    15 although its tokens per parameter stay below those of a loss of
-    tutorial's on a large corpus: the passes decide that win (between 5 and
-    15), the corpus's tokens per parameter bound it from below, and the tokens
+    """Over a small corpus read many times, medium loses at 4.8 passes and wins
+    at 16 although its tokens per parameter stay below those of a loss of
+    tutorial's on a large corpus: the passes decide that win (between 4.8 and
+    16), the corpus's tokens per parameter bound it from below, and the tokens
     threshold is fitted to the rest."""
-    _run(tmp_path, "ui", "tutorial", 5, 0, 34.0, [3000], updates=100, steps_per_epoch=40)
-    _run(tmp_path, "ui", "medium", 5, 0, 19.0, [1500], updates=200, steps_per_epoch=40)
-    _run(tmp_path, "ui", "tutorial", 45, 0, 45.0, [3500], updates=800, steps_per_epoch=40)
-    _run(tmp_path, "ui", "medium", 45, 0, 47.0, [1500], updates=600, steps_per_epoch=40)
+    small_corpus = {"pairs": 1000}  # 12,000 tokens: a pass is about 31 updates
+    _run(tmp_path, "ui", "tutorial", 5, 0, 34.0, [3000], updates=100, **small_corpus)
+    _run(tmp_path, "ui", "medium", 5, 0, 19.0, [1500], updates=150, **small_corpus)
+    _run(tmp_path, "ui", "tutorial", 45, 0, 45.0, [3500], updates=800, **small_corpus)
+    _run(tmp_path, "ui", "medium", 45, 0, 47.0, [1500], updates=500, **small_corpus)
     _run(tmp_path, "big", "small", 45, 0, 30.0, [9000], updates=9000)
     _run(tmp_path, "big", "tutorial", 45, 0, 29.0, [5000], updates=6000)
     record = model_sizes.collect(types.SimpleNamespace(
         runs=tmp_path, corpus=[Path("ui"), Path("big")]))
     fit = record["fit"]
-    assert (fit["passes"]["above"], fit["passes"]["at_most"]) == (5.0, 15.0)
-    assert fit["passes"]["fitted"] == pytest.approx((5 * 15) ** 0.5, abs=0.01)
+    assert (fit["passes"]["above"], fit["passes"]["at_most"]) == (4.8, 16.0)
+    assert fit["passes"]["fitted"] == pytest.approx((4.8 * 16) ** 0.5, abs=0.01)
     medium = next(r for r in record["runs"] if r["size"] == "medium" and r["minutes"] == 45)
     bound = medium["corpus_tokens"] / medium["body_parameters"]
     assert bound - 0.001 < fit["corpus_tokens_per_parameter"]["fitted"] <= bound
-    lost = [r["tokens_per_parameter"] for r in record["runs"]
-            if r["corpus"] == "big" and r["size"] == "tutorial"][0]
-    assert medium["tokens_per_parameter"] < lost  # a single threshold would be wrong once
+    lost = next(r["tokens_per_parameter"] for r in record["runs"]
+                if r["corpus"] == "big" and r["size"] == "tutorial")
+    assert medium["tokens_per_parameter"] < lost  # one threshold alone would be wrong once
     assert fit["tokens_per_parameter"]["above"] == lost
     assert fit["tokens_per_parameter"]["at_most"] is None
     assert fit["wrong_choices"] == 0
+    # Without the passes' win, nothing is decided by passes.
+    without = model_sizes.fit([r for r in record["runs"] if r is not medium])
+    assert without["corpus_tokens_per_parameter"]["fitted"] is None
+    assert without["wrong_choices"] == 0

@@ -125,6 +125,17 @@ def test_each_boundary_is_where_the_rule_says():
         assert SIZE_LADDER.index(under.preset) < SIZE_LADDER.index(larger)
 
 
+def _leaves_small(choice):
+    """The last budget (minutes) at which `choice(minutes)` trains `small` and the
+    first at which it does not, a hundredth of a minute apart, within a day."""
+    low, high = 1.0, 24 * 60.0
+    assert choice(low).preset == "small" and choice(high).preset != "small"
+    while high - low > 0.01:
+        middle = (low + high) / 2
+        low, high = (middle, high) if choice(middle).preset == "small" else (low, middle)
+    return choice(low), choice(high)
+
+
 def test_on_a_corpus_read_many_times_the_boundary_counts_repeats_for_less():
     """On 160,000 pairs read up to 12 times, the tutorial's size is chosen only
     once the budget's tokens, repeated passes discounted, reach the threshold:
@@ -134,12 +145,7 @@ def test_on_a_corpus_read_many_times_the_boundary_counts_repeats_for_less():
         config, _ = _resolved(minutes, pairs=160_000, epochs=12)
         return config
 
-    low, high = 1.0, 24 * 60.0
-    assert choice(low).preset == "small" and choice(high).preset != "small"
-    while high - low > 0.01:  # the budget at which the choice leaves `small`
-        middle = (low + high) / 2
-        low, high = (middle, high) if choice(middle).preset == "small" else (low, middle)
-    under, at = choice(low), choice(high)
+    under, at = _leaves_small(choice)
     assert at.preset == "tutorial"
     rows = {"under": under.size_rule["candidates"]["tutorial"],
             "at": at.size_rule["candidates"]["tutorial"]}
@@ -162,16 +168,12 @@ def test_a_small_corpus_that_the_smaller_size_would_finish_early_feeds_a_larger_
         config, _ = _resolved(minutes, pairs=26_000)
         return config
 
-    low, high = 1.0, 24 * 60.0
-    assert choice(low).preset == "small" and choice(high).preset != "small"
-    while high - low > 0.01:
-        middle = (low + high) / 2
-        low, high = (middle, high) if choice(middle).preset == "small" else (low, middle)
-    under = choice(low).size_rule["candidates"]["tutorial"]
-    at = choice(high)
+    under, at = _leaves_small(choice)
+    under = under.size_rule["candidates"]["tutorial"]
     assert at.preset == "tutorial"
     row = at.size_rule["candidates"]["tutorial"]
-    assert under["passes"] < sizing.PASSES <= row["passes"]
+    assert not under["fed"] and row["fed"]
+    assert row["passes"] == pytest.approx(sizing.PASSES, abs=0.02)  # the passes decided
     assert row["tokens_per_parameter"] < TOKENS_PER_PARAMETER / 2
     day = choice(24 * 60)
     corpus_tokens = day.size_rule["corpus_tokens"]
@@ -179,6 +181,10 @@ def test_a_small_corpus_that_the_smaller_size_would_finish_early_feeds_a_larger_
     larger = SIZE_LADDER[SIZE_LADDER.index(day.preset) + 1]
     assert corpus_tokens / day.size_rule["candidates"][larger]["body_parameters"] < \
         sizing.CORPUS_TOKENS_PER_PARAMETER
+    # The passes are those the run's epochs allow: ten passes never make PASSES.
+    capped, _ = _resolved(24 * 60, pairs=26_000, epochs=10)
+    assert capped.preset == "small"
+    assert max(row["passes"] for row in capped.size_rule["candidates"].values()) <= 10.5
 
 
 def test_no_size_plans_more_updates_than_the_runs_epochs_allow():
@@ -291,14 +297,13 @@ def test_only_the_sizes_the_choice_needs_are_measured():
                 for p in SIZE_LADDER}
         most = config.epochs * config.steps_per_epoch * config.size_rule["batch_tokens"]
         fed = [p for p in SIZE_LADDER if sizing.candidate_row(
-            PRESETS[p], rows[p], minutes * 60.0, round(pairs * 12.0), most
-        )["tokens_per_parameter"] >= TOKENS_PER_PARAMETER]
+            PRESETS[p], rows[p], minutes * 60.0, round(pairs * 12.0), most)["fed"]]
         return fed[-1] if fed else SIZE_LADDER[0]
 
     short, calls = _resolved(5, pairs=38_000)
     assert [preset for _, preset in calls] == ["tutorial"]
     for minutes, pairs in ((5, 38_000), (15, 300_000), (45, 1_000_000), (120, 1_400_000),
-                           (1440, 5_000_000), (1440, 2_000)):
+                           (1440, 5_000_000), (1440, 2_000), (60, 26_000), (90, 80_000)):
         config, calls = _resolved(minutes, pairs=pairs)
         measured = [preset for _, preset in calls]
         assert measured == list(SIZE_LADDER[1:1 + len(measured)])  # climbed in order

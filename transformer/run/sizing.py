@@ -60,8 +60,9 @@ SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # A size is trained when the budget gives it at least this many effective
 # tokens per body parameter: `bench/model_sizes.py`'s fit of
 # bench/results/model_sizes_zen4.json (BENCHMARKS.md, "The budget chooses the
-# model"): of the thresholds with the fewest wrong choices over every
-# comparison of a size with the next smaller one, the start of the highest
+# model"): of the thresholds with the fewest wrong choices over the
+# comparisons of a size with the next smaller one that the passes below do
+# not decide, the start of the highest
 # range (the first tenth above a losing ratio), since a larger size chosen too
 # early costs more than one chosen late.
 TOKENS_PER_PARAMETER = 7.3
@@ -190,48 +191,53 @@ def effective_tokens(planned: float, corpus_tokens: float) -> float:
 
 
 def candidate_row(model: TransformerConfig, tokens_per_second: float, budget_seconds: float,
-                  corpus_tokens: int, max_tokens: float | None = None,
-                  pass_tokens: float | None = None) -> dict:
+                  corpus_tokens: int, max_tokens: float | None = None) -> dict:
     """A size's tokens a second, its planned and effective tokens in the budget
     (at most `max_tokens`, what the run's epochs allow, whatever the budget),
     its body parameters and their ratio (`tokens_per_parameter`), its passes
-    over the corpus (planned over `pass_tokens`, a pass's steps times a
-    batch's tokens; None without it), the corpus's tokens per body parameter,
-    and whether the rule would train it (`fed`)."""
+    over the corpus (planned over `corpus_tokens`), the corpus's tokens per body
+    parameter, and whether the rule would train it (`fed`)."""
     params = body_parameters(model)
     planned = tokens_per_second * budget_seconds
     if max_tokens is not None:
         planned = min(planned, max_tokens)
     effective = effective_tokens(planned, corpus_tokens)
-    row = {"tokens_per_second": round(tokens_per_second, 1),
-           "planned_tokens": round(planned),
-           "effective_tokens": round(effective),
-           "body_parameters": params,
-           "tokens_per_parameter": round(effective / params, 3),
-           "passes": round(planned / pass_tokens, 2) if pass_tokens else None,
-           "corpus_tokens_per_parameter": round(corpus_tokens / params, 4)}
-    return {**row, "fed": fed(row)}
+    figures = {"tokens_per_parameter": effective / params,
+               "passes": planned / corpus_tokens if corpus_tokens > 0 else 0.0,
+               "corpus_tokens_per_parameter": corpus_tokens / params}
+    return {"tokens_per_second": round(tokens_per_second, 1),
+            "planned_tokens": round(planned),
+            "effective_tokens": round(effective),
+            "body_parameters": params,
+            "tokens_per_parameter": round(figures["tokens_per_parameter"], 3),
+            "passes": round(figures["passes"], 2),
+            "corpus_tokens_per_parameter": round(figures["corpus_tokens_per_parameter"], 5),
+            "fed": fed(**figures)}
 
 
-def fed(row: dict) -> bool:
-    """Whether the rule trains a size with `candidate_row`'s figures: enough
-    effective tokens per body parameter, or enough passes over a corpus large
-    enough for it."""
-    return row["tokens_per_parameter"] >= TOKENS_PER_PARAMETER or (
-        (row["passes"] or 0) >= PASSES
-        and row["corpus_tokens_per_parameter"] >= CORPUS_TOKENS_PER_PARAMETER)
+def fed(tokens_per_parameter: float, passes: float, corpus_tokens_per_parameter: float,
+        thresholds: tuple[float | None, float | None, float | None] | None = None) -> bool:
+    """Whether the rule trains a size: enough effective tokens per body
+    parameter, or enough passes over a corpus large enough for it.
+    `thresholds` (`TOKENS_PER_PARAMETER`, `PASSES`,
+    `CORPUS_TOKENS_PER_PARAMETER` by default; None: that way is closed) are
+    what `bench/model_sizes.py` fits."""
+    least_tokens, least_passes, least_corpus = thresholds or (
+        TOKENS_PER_PARAMETER, PASSES, CORPUS_TOKENS_PER_PARAMETER)
+    by_tokens = least_tokens is not None and tokens_per_parameter >= least_tokens
+    by_passes = least_passes is not None and least_corpus is not None and \
+        passes >= least_passes and corpus_tokens_per_parameter >= least_corpus
+    return by_tokens or by_passes
 
 
 def climb(measure: Callable[[str], float], budget_seconds: float, base: TransformerConfig,
           vocab_size: int, mean_tokens: float, batch_tokens: int, corpus_tokens: int,
-          max_steps: int | None = None, pass_steps: int | None = None,
-          ) -> tuple[str, dict[str, float], dict[str, dict]]:
+          max_steps: int | None = None) -> tuple[str, dict[str, float], dict[str, dict]]:
     """The largest size of the ladder the budget can feed, measuring no more
     sizes than that takes; the step seconds measured; every size's row
     (`candidate_row`, `"measured"` false for an estimate through the measured
     sizes, `Speed.through`). A run stops after `max_steps` updates (its epochs'),
-    however much of the budget is left: no size plans more. A pass over the
-    corpus is `pass_steps` updates.
+    however much of the budget is left: no size plans more.
 
     `measure(preset)` is the mean step seconds of a size at the run's batches.
     The smallest size is chosen when the next one cannot be fed, so the climb
@@ -243,11 +249,10 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
         return token_cost(candidate_model(preset, base), vocab_size, mean_tokens)
 
     max_tokens = None if max_steps is None else max_steps * batch_tokens
-    pass_tokens = None if pass_steps is None else pass_steps * batch_tokens
 
     def row(preset, tokens_per_second):
         return candidate_row(candidate_model(preset, base), tokens_per_second,
-                             budget_seconds, corpus_tokens, max_tokens, pass_tokens)
+                             budget_seconds, corpus_tokens, max_tokens)
 
     chosen, seconds, bound = SIZE_LADDER[0], {}, None
     for preset in SIZE_LADDER[1:]:
@@ -269,14 +274,15 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
 def explain(chosen: str, rows: dict[str, dict]) -> str:
     """Why `chosen`, in words, for the log's line."""
     def figures(row):
-        passes = "" if row["passes"] is None else f" and {row['passes']:.1f} passes"
-        return f"{row['tokens_per_parameter']:.2f} per body parameter{passes}"
+        return (f"{row['tokens_per_parameter']:.2f} per body parameter, {row['passes']:.2f} "
+                f"passes over a corpus of {row['corpus_tokens_per_parameter']:.3f} tokens per "
+                "body parameter")
 
     row = rows[chosen]
     why = (f"{row['planned_tokens']:,} planned tokens at {row['tokens_per_second']:,.0f} a "
-           f"second, {row['effective_tokens']:,} counting repeated passes, {figures(row)} "
-           f"(the rule asks {TOKENS_PER_PARAMETER} per body parameter, or {PASSES:g} passes "
-           f"over a corpus of {CORPUS_TOKENS_PER_PARAMETER:g} tokens per body parameter)")
+           f"second, {row['effective_tokens']:,} counting repeated passes: {figures(row)} "
+           f"(the rule asks at least {TOKENS_PER_PARAMETER} per body parameter, or "
+           f"{PASSES:g} passes over a corpus of at least {CORPUS_TOKENS_PER_PARAMETER:g})")
     larger = SIZE_LADDER.index(chosen) + 1
     if larger < len(SIZE_LADDER):
         bigger = rows[SIZE_LADDER[larger]]
@@ -322,16 +328,15 @@ def size_rule(config, measure: Callable[[str], float], vocab_size: int, mean_tok
     max_steps = config.epochs * config.steps_per_epoch \
         if config.epochs and config.steps_per_epoch else None
     chosen, seconds, rows = climb(measure, config.time_budget, config.model, vocab_size,
-                                  mean_tokens, batch_tokens, corpus_tokens, max_steps,
-                                  config.steps_per_epoch)
+                                  mean_tokens, batch_tokens, corpus_tokens, max_steps)
     sizes = PRESETS[chosen]
     reason = (f"{chosen} ({sizes.num_layers} layers, d_model {sizes.d_model}, dff "
               f"{sizes.dff}) for {config.time_budget / 60:.3g} min: {explain(chosen, rows)}")
     record = {"preset": chosen, "reason": reason,
               "step_seconds": {preset: round(value, 5) for preset, value in seconds.items()},
               "batch_tokens": batch_tokens, "max_steps": max_steps, "candidates": rows,
-              "tokens_per_parameter": TOKENS_PER_PARAMETER, "passes": PASSES,
-              "corpus_tokens_per_parameter": CORPUS_TOKENS_PER_PARAMETER,
+              "tokens_per_parameter": TOKENS_PER_PARAMETER, "min_passes": PASSES,
+              "min_corpus_tokens_per_parameter": CORPUS_TOKENS_PER_PARAMETER,
               "repeat_decay": REPEAT_DECAY,
               "corpus_tokens": int(corpus_tokens)}
     return chosen, record
