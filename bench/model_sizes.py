@@ -168,8 +168,8 @@ def fit(runs: list[dict]) -> dict:
     At each budget, every size is compared with the next smaller one by mean
     BLEU. Where the larger wins, the rule must choose it; where it loses, not.
     Passes first: over the comparisons in which the larger size read the
-    corpus more than once, its passes are fitted as one threshold
-    (`threshold`); the corpus's tokens per body parameter must be at least
+    corpus more than once, its passes are fitted as one threshold, at the
+    top of the range that separates wins from losses (`threshold`); the corpus's tokens per body parameter must be at least
     the lowest at which a larger size won by its passes (rounded down to a
     thousandth). The threshold of effective tokens per body parameter is then
     fitted over the comparisons the passes do not decide. A run the rule
@@ -225,7 +225,7 @@ def fit(runs: list[dict]) -> dict:
 
     repeated = [c for c in fitted if passes(c) > 1]
     by_passes = threshold([passes(c) for c in repeated if c["larger_wins"]],
-                          [passes(c) for c in repeated if not c["larger_wins"]])
+                          [passes(c) for c in repeated if not c["larger_wins"]], highest=True)
     corpus_ratios = [c["larger_corpus_tokens_per_parameter"] for c in repeated
                      if c["larger_wins"] and by_passes["fitted"] is not None
                      and passes(c) >= by_passes["fitted"]
@@ -246,16 +246,20 @@ def fit(runs: list[dict]) -> dict:
             "wrong_choices": sum(chosen(c, thresholds) != c["larger_wins"] for c in fitted)}
 
 
-def threshold(won: list[float], lost: list[float]) -> dict:
+def threshold(won: list[float], lost: list[float], highest: bool = False) -> dict:
     """One threshold from the values at which the larger size won and lost:
-    the geometric mean of the highest losing and the lowest winning value;
-    with no win measured, the first tenth above the highest losing value (a
-    lower bound: longer runs would raise it). Where wins and losses overlap,
-    no threshold makes every choice right: the fitted one is the one that
-    makes the fewest wrong (`fewest_wrong`), and `wrong_choices` counts them."""
+    the geometric mean of the highest losing and the lowest winning value
+    (with `highest`, the lowest winning value rounded down to a tenth: a rule
+    that plans with a faster speed than its runs reach then still keeps the
+    smaller size where it won); with no win measured, the first tenth above
+    the highest losing value (a lower bound: longer runs would raise it).
+    Where wins and losses overlap, no threshold makes every choice right: the
+    fitted one is the one that makes the fewest wrong (`fewest_wrong`), and
+    `wrong_choices` counts them."""
     above, below = (max(lost) if lost else None), (min(won) if won else None)
     if above and below and above < below:
-        value = round((above * below) ** 0.5, 2)
+        value = max(math.floor(below * 10) / 10, just_above(above)) if highest else \
+            round((above * below) ** 0.5, 2)
     elif above and not below:
         value = just_above(above)
     elif above and below:
