@@ -5,7 +5,8 @@ preset `"auto"`) trains the largest size of `SIZE_LADDER` that the budget can
 feed: one whose effective tokens are at least `TOKENS_PER_PARAMETER` times
 its body parameters (those of its layers, without the embeddings). Its
 planned tokens are the updates this machine makes of that size in the
-budget, measured, times the token budget of a batch (`batch_tokens`); the
+budget, measured (at `RUN_SPEED_SHARE` of the measured steps' speed), times
+the token budget of a batch (`batch_tokens`); the
 effective ones count repeated passes over the corpus (its pairs times their
 mean padded length) at a value that decays as Muennighoff et al. (2023,
 "Scaling Data-Constrained Language Models") fitted (`effective_tokens`).
@@ -65,7 +66,7 @@ SIZE_LADDER = ("small", "tutorial", "medium", "large")
 # not decide, the start of the highest
 # range (the first tenth above a losing ratio), since a larger size chosen too
 # early costs more than one chosen late.
-TOKENS_PER_PARAMETER = 7.3
+TOKENS_PER_PARAMETER = 14.9
 # A size is also trained when the budget lets it make at least `PASSES` passes
 # over the corpus (its epochs allowing) and the corpus has at least
 # `CORPUS_TOKENS_PER_PARAMETER` tokens per body parameter: a small corpus that
@@ -78,6 +79,12 @@ TOKENS_PER_PARAMETER = 7.3
 # to a thousandth.
 PASSES = 14.5
 CORPUS_TOKENS_PER_PARAMETER = 0.04
+# A run trains at about this share of the speed its steps are measured at
+# (`measure_step`: the same batch again, nothing else): the run also
+# validates, reads its batches, averages its weights and saves checkpoints.
+# From runs against the measurement of their size at their batch shape
+# (BENCHMARKS.md, "The budget chooses the model").
+RUN_SPEED_SHARE = 0.8
 # Repeated passes over the corpus are worth a unique pass's tokens times
 # exp(-repeats / REPEAT_DECAY) (Muennighoff et al., 2023, their fitted R*_D).
 REPEAT_DECAY = 15.4
@@ -251,6 +258,9 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
 
     max_tokens = None if max_steps is None else max_steps * batch_tokens
 
+    def run_rate(step_seconds):
+        return RUN_SPEED_SHARE * batch_tokens / step_seconds
+
     def row(preset, tokens_per_second):
         return candidate_row(candidate_model(preset, base), tokens_per_second,
                              budget_seconds, corpus_tokens, max_tokens)
@@ -260,14 +270,14 @@ def climb(measure: Callable[[str], float], budget_seconds: float, base: Transfor
         if bound is not None and not row(preset, bound)["fed"]:
             break
         seconds[preset] = measure(preset)
-        if not row(preset, batch_tokens / seconds[preset])["fed"]:
+        if not row(preset, run_rate(seconds[preset]))["fed"]:
             break
-        chosen, bound = preset, batch_tokens / seconds[preset]
+        chosen, bound = preset, run_rate(seconds[preset])
     speed = Speed.through([(cost(p), seconds[p]) for p in seconds], batch_tokens)
     rows = {}
     for preset in SIZE_LADDER:
-        rate = batch_tokens / seconds[preset] if preset in seconds else \
-            speed.tokens_per_second(cost(preset), batch_tokens)
+        rate = run_rate(seconds[preset]) if preset in seconds else \
+            RUN_SPEED_SHARE * speed.tokens_per_second(cost(preset), batch_tokens)
         rows[preset] = {**row(preset, rate), "measured": preset in seconds}
     return chosen, seconds, rows
 
@@ -337,6 +347,7 @@ def size_rule(config, measure: Callable[[str], float], vocab_size: int, mean_tok
               "step_seconds": {preset: round(value, 5) for preset, value in seconds.items()},
               "batch_tokens": batch_tokens, "max_steps": max_steps, "candidates": rows,
               "tokens_per_parameter": TOKENS_PER_PARAMETER, "min_passes": PASSES,
+              "run_speed_share": RUN_SPEED_SHARE,
               "min_corpus_tokens_per_parameter": CORPUS_TOKENS_PER_PARAMETER,
               "repeat_decay": REPEAT_DECAY,
               "corpus_tokens": int(corpus_tokens)}
