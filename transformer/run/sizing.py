@@ -74,7 +74,8 @@ TOKENS_PER_PARAMETER = 14.9
 # larger for its corpus than one measured to win so. `bench/model_sizes.py`'s
 # fit of the same results: the fewest passes at which a larger size won,
 # rounded down to a tenth (the top of the range above the most at which one
-# lost, since the measured speed the rule plans with is faster than a run's);
+# lost: the speed the rule plans with is an estimate, and a larger size
+# chosen too early costs more than one chosen late);
 # the corpus's tokens per body parameter of the lowest such win, rounded down
 # to a thousandth.
 PASSES = 14.5
